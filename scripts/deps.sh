@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages the build and the tests need. Safe to re-run.
+set -euo pipefail
+if [[ "${DLM_DEPS_INSTALLED:-0}" == 1 ]]; then
+    exit 0
+fi
+if [[ $(id -u) != 0 ]]; then
+    echo "deps.sh: run as root (apt-get install)" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+packages=(
+    gcc libc6-dev pkg-config      # the layout test compiles C against the real headers
+    linux-libc-dev                # linux/dlm_plock.h, linux/dlm_device.h
+    libdlmcontrol-dev             # libdlmcontrol.h (dlmc_lockspace, dlmc_node)
+    corosync libcpg-dev libcmap-dev libquorum-dev libvotequorum-dev libcfg-dev
+    iproute2                      # network namespaces for the multi-node tests
+)
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${packages[@]}"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace. On a fresh Debian 12 machine, as root, this is the
+# only command needed: it installs the system packages first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+cargo test --workspace --locked
