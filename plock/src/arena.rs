@@ -1,0 +1,385 @@
+//! An arena of range entries, each in two intrusive structures at once:
+//!
+//! * an interval treap keyed by `(start, seq)` and augmented with the subtree's largest
+//!   `end`, so "every entry overlapping `[s, e]`" costs O(log n + k);
+//! * a doubly linked list in insertion order, which is the C daemon's list order (dumps,
+//!   state transfer and GET's "first conflicting fragment" depend on it).
+//!
+//! One arena serves every resource of a lockspace; a resource owns only a small
+//! [`ListHead`] (root, head, tail, length, sequence counter), so a resource with one lock
+//! costs one arena slot and no allocation of its own. Slots are reused through a free list.
+//!
+//! Design: treap priorities come from a fixed hash of the slot number — deterministic, no
+//! RNG — and only shape the tree, never a decision.
+
+/// Index of an arena slot.
+pub(crate) type Slot = u32;
+const NIL: Slot = u32::MAX;
+
+#[derive(Debug, Clone)]
+struct Node<T> {
+    start: u64,
+    end: u64,
+    max_end: u64,
+    seq: u64,
+    left: Slot,
+    right: Slot,
+    prev: Slot,
+    next: Slot,
+    value: Option<T>,
+}
+
+/// The per-resource handle of one indexed list in an [`Arena`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ListHead {
+    root: Slot,
+    head: Slot,
+    tail: Slot,
+    len: u32,
+    next_seq: u64,
+}
+
+impl Default for ListHead {
+    fn default() -> Self {
+        Self {
+            root: NIL,
+            head: NIL,
+            tail: NIL,
+            len: 0,
+            next_seq: 0,
+        }
+    }
+}
+
+impl ListHead {
+    pub(crate) fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Slab of nodes shared by many lists.
+#[derive(Debug, Clone)]
+pub(crate) struct Arena<T> {
+    nodes: Vec<Node<T>>,
+    free: Vec<Slot>,
+}
+
+impl<T> Default for Arena<T> {
+    fn default() -> Self {
+        Self {
+            nodes: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+fn priority(slot: Slot) -> u64 {
+    // splitmix64 finaliser: a fixed bijection, so priorities are distinct and deterministic
+    let mut z = u64::from(slot).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl<T> Arena<T> {
+    fn node(&self, s: Slot) -> &Node<T> {
+        &self.nodes[s as usize]
+    }
+
+    fn node_mut(&mut self, s: Slot) -> &mut Node<T> {
+        &mut self.nodes[s as usize]
+    }
+
+    /// Slots in use.
+    pub(crate) fn live(&self) -> usize {
+        self.nodes.len() - self.free.len()
+    }
+
+    /// Bytes of the slab itself (capacity), for memory accounting.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * size_of::<Node<T>>() + self.free.capacity() * size_of::<Slot>()
+    }
+
+    pub(crate) fn get(&self, s: Slot) -> &T {
+        self.node(s)
+            .value
+            .as_ref()
+            .expect("slot handed out by this arena is live")
+    }
+
+    pub(crate) fn get_mut(&mut self, s: Slot) -> &mut T {
+        self.node_mut(s)
+            .value
+            .as_mut()
+            .expect("slot handed out by this arena is live")
+    }
+
+    pub(crate) fn range(&self, s: Slot) -> (u64, u64) {
+        let n = self.node(s);
+        (n.start, n.end)
+    }
+
+    /// Position in insertion order, comparable within one list.
+    pub(crate) fn seq(&self, s: Slot) -> u64 {
+        self.node(s).seq
+    }
+
+    fn key(&self, s: Slot) -> (u64, u64) {
+        let n = self.node(s);
+        (n.start, n.seq)
+    }
+
+    fn fix(&mut self, s: Slot) {
+        let (l, r, end) = {
+            let n = self.node(s);
+            (n.left, n.right, n.end)
+        };
+        let mut m = end;
+        if l != NIL {
+            m = m.max(self.node(l).max_end);
+        }
+        if r != NIL {
+            m = m.max(self.node(r).max_end);
+        }
+        self.node_mut(s).max_end = m;
+    }
+
+    /// Splits `t` into keys < `key` and keys ≥ `key`.
+    fn split(&mut self, t: Slot, key: (u64, u64)) -> (Slot, Slot) {
+        if t == NIL {
+            return (NIL, NIL);
+        }
+        if self.key(t) < key {
+            let r = self.node(t).right;
+            let (a, b) = self.split(r, key);
+            self.node_mut(t).right = a;
+            self.fix(t);
+            (t, b)
+        } else {
+            let l = self.node(t).left;
+            let (a, b) = self.split(l, key);
+            self.node_mut(t).left = b;
+            self.fix(t);
+            (a, t)
+        }
+    }
+
+    /// Merges two treaps where every key of `a` is below every key of `b`.
+    fn merge(&mut self, a: Slot, b: Slot) -> Slot {
+        if a == NIL {
+            return b;
+        }
+        if b == NIL {
+            return a;
+        }
+        if priority(a) > priority(b) {
+            let r = self.node(a).right;
+            let m = self.merge(r, b);
+            self.node_mut(a).right = m;
+            self.fix(a);
+            a
+        } else {
+            let l = self.node(b).left;
+            let m = self.merge(a, l);
+            self.node_mut(b).left = m;
+            self.fix(b);
+            b
+        }
+    }
+
+    fn tree_insert(&mut self, list: &mut ListHead, s: Slot) {
+        let key = self.key(s);
+        let (a, b) = self.split(list.root, key);
+        let left = self.merge(a, s);
+        list.root = self.merge(left, b);
+    }
+
+    fn tree_remove(&mut self, list: &mut ListHead, s: Slot) {
+        let (start, seq) = self.key(s);
+        let (a, b) = self.split(list.root, (start, seq));
+        let (m, c) = self.split(b, (start, seq.saturating_add(1)));
+        debug_assert_eq!(m, s, "treap lost an entry");
+        let n = self.node_mut(s);
+        n.left = NIL;
+        n.right = NIL;
+        n.max_end = n.end;
+        list.root = self.merge(a, c);
+    }
+
+    /// Appends `value` for `[start, end]` at the tail of `list`.
+    pub(crate) fn push_back(
+        &mut self,
+        list: &mut ListHead,
+        start: u64,
+        end: u64,
+        value: T,
+    ) -> Slot {
+        let seq = list.next_seq;
+        list.next_seq += 1;
+        let node = Node {
+            start,
+            end,
+            max_end: end,
+            seq,
+            left: NIL,
+            right: NIL,
+            prev: list.tail,
+            next: NIL,
+            value: Some(value),
+        };
+        let s = if let Some(s) = self.free.pop() {
+            self.nodes[s as usize] = node;
+            s
+        } else {
+            let s = Slot::try_from(self.nodes.len()).expect("fewer than 2^32 entries");
+            self.nodes.push(node);
+            s
+        };
+        if list.tail == NIL {
+            list.head = s;
+        } else {
+            let t = list.tail;
+            self.node_mut(t).next = s;
+        }
+        list.tail = s;
+        list.len += 1;
+        self.tree_insert(list, s);
+        s
+    }
+
+    /// Unlinks `s` from `list` and frees its slot.
+    pub(crate) fn remove(&mut self, list: &mut ListHead, s: Slot) -> T {
+        self.tree_remove(list, s);
+        let (prev, next) = {
+            let n = self.node(s);
+            (n.prev, n.next)
+        };
+        if prev == NIL {
+            list.head = next;
+        } else {
+            self.node_mut(prev).next = next;
+        }
+        if next == NIL {
+            list.tail = prev;
+        } else {
+            self.node_mut(next).prev = prev;
+        }
+        list.len -= 1;
+        self.free.push(s);
+        self.node_mut(s)
+            .value
+            .take()
+            .expect("slot handed out by this arena is live")
+    }
+
+    /// Changes the range of `s`, keeping its place in insertion order.
+    pub(crate) fn set_range(&mut self, list: &mut ListHead, s: Slot, start: u64, end: u64) {
+        self.tree_remove(list, s);
+        let n = self.node_mut(s);
+        n.start = start;
+        n.end = end;
+        n.max_end = end;
+        self.tree_insert(list, s);
+    }
+
+    /// Pushes onto `out`, in key order, every slot of `list` overlapping `[start, end]`.
+    pub(crate) fn overlapping(&self, list: &ListHead, start: u64, end: u64, out: &mut Vec<Slot>) {
+        let mut stack: Vec<Slot> = Vec::new();
+        let mut t = list.root;
+        // in-order walk, pruning subtrees whose max_end < start and right parts past end
+        loop {
+            while t != NIL && self.node(t).max_end >= start {
+                stack.push(t);
+                t = self.node(t).left;
+            }
+            let Some(s) = stack.pop() else { break };
+            let n = self.node(s);
+            if n.start > end {
+                break;
+            }
+            if n.end >= start {
+                out.push(s);
+            }
+            t = n.right;
+        }
+    }
+
+    /// Slots of `list` in insertion order.
+    pub(crate) fn iter<'a>(&'a self, list: &ListHead) -> impl Iterator<Item = Slot> + 'a {
+        let mut s = list.head;
+        std::iter::from_fn(move || {
+            if s == NIL {
+                return None;
+            }
+            let cur = s;
+            s = self.node(cur).next;
+            Some(cur)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Brute force against the arena on a small domain, many operations.
+    #[test]
+    fn matches_brute_force() {
+        let mut arena: Arena<u32> = Arena::default();
+        let mut list = ListHead::default();
+        let mut model: Vec<(Slot, u64, u64, u32)> = Vec::new();
+        let mut x: u64 = 12345;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for i in 0..5000u32 {
+            match rnd(4) {
+                0 | 1 => {
+                    let a = rnd(64);
+                    let b = a + rnd(16);
+                    let s = arena.push_back(&mut list, a, b, i);
+                    model.push((s, a, b, i));
+                }
+                2 if !model.is_empty() => {
+                    let k = rnd(model.len() as u64) as usize;
+                    let (s, ..) = model.remove(k);
+                    arena.remove(&mut list, s);
+                }
+                _ if !model.is_empty() => {
+                    let k = rnd(model.len() as u64) as usize;
+                    let a = rnd(64);
+                    let b = a + rnd(16);
+                    arena.set_range(&mut list, model[k].0, a, b);
+                    model[k].1 = a;
+                    model[k].2 = b;
+                }
+                _ => {}
+            }
+            let (qs, qe) = {
+                let a = rnd(80);
+                (a, a + rnd(20))
+            };
+            let mut got = Vec::new();
+            arena.overlapping(&list, qs, qe, &mut got);
+            got.sort_unstable();
+            let mut want: Vec<Slot> = model
+                .iter()
+                .filter(|(_, a, b, _)| !(*b < qs || *a > qe))
+                .map(|m| m.0)
+                .collect();
+            want.sort_unstable();
+            assert_eq!(got, want, "step {i}");
+            let order: Vec<u32> = arena.iter(&list).map(|s| *arena.get(s)).collect();
+            let want_order: Vec<u32> = model.iter().map(|m| m.3).collect();
+            assert_eq!(order, want_order);
+            assert_eq!(list.len(), model.len());
+        }
+    }
+}
