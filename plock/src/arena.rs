@@ -323,6 +323,7 @@ impl<T> Arena<T> {
 }
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

@@ -31,9 +31,9 @@ pub struct DumpEntry {
 impl fmt::Display for DumpEntry {
     /// Exactly C's line, including its newline; `rown` is always 0 (no ownership mode).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
+        writeln!(
             f,
-            "{} {} {}-{} nodeid {} pid {} owner {:x} rown 0{}\n",
+            "{} {} {}-{} nodeid {} pid {} owner {:x} rown 0{}",
             self.number,
             if self.ex { "WR" } else { "RD" },
             self.start,

@@ -63,6 +63,8 @@ pub(crate) struct Resource {
     pub(crate) locks: ListHead,
     pub(crate) waiters: ListHead,
     windex: Option<Box<WaiterIndex>>,
+    /// Position in creation order (C's resource list), for purge's visiting order.
+    created: u64,
     prev: u32,
     next: u32,
 }
@@ -116,6 +118,7 @@ pub struct Lockspace {
     tail: u32,
     node_entries: BTreeMap<(i32, u64), u32>,
     dirty: BTreeSet<u64>,
+    next_created: u64,
     scratch: Vec<Slot>,
 }
 
@@ -134,6 +137,7 @@ impl Lockspace {
             tail: NIL,
             node_entries: BTreeMap::new(),
             dirty: BTreeSet::new(),
+            next_created: 0,
             scratch: Vec::new(),
         }
     }
@@ -213,9 +217,11 @@ impl Lockspace {
             locks: ListHead::default(),
             waiters: ListHead::default(),
             windex: None,
+            created: self.next_created,
             prev: self.tail,
             next: NIL,
         };
+        self.next_created += 1;
         let r = if let Some(r) = self.free_resources.pop() {
             self.resources[r as usize] = Some(res);
             r
@@ -723,9 +729,15 @@ impl Lockspace {
             .map(|(&(_, n), _)| n)
             .chain(self.dirty.iter().copied())
             .collect();
+        // C visits its resource list in creation order; grants (replies) follow that order
+        let mut slots: Vec<(u64, u32)> = numbers
+            .into_iter()
+            .filter_map(|n| self.find(n))
+            .map(|r| (self.res(r).created, r))
+            .collect();
+        slots.sort_unstable();
         let mut purged = 0;
-        for number in numbers {
-            let Some(r) = self.find(number) else { continue };
+        for (_, r) in slots {
             let locks: Vec<Slot> = self
                 .locks
                 .iter(&self.res(r).locks)
