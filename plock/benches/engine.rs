@@ -356,10 +356,10 @@ fn main() {
         row(&format!("unlock granting {n} waiters"), e, Some(mo));
     }
 
-    // 4. purge of a node holding 10^5 locks in a table of 10^6
-    {
+    // 4. purge of a node holding 10^5 (then 10^3) locks in a table of 10^6
+    for share in [10u64, 1000] {
         let total = scale(1_000_000);
-        let theirs = total / 10;
+        let theirs = total / share;
         let mut ls = Lockspace::new(1, FSID);
         let mut out = Vec::new();
         let mut mout: Vec<PlockInfo> = Vec::new();

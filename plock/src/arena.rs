@@ -287,25 +287,28 @@ impl<T> Arena<T> {
     }
 
     /// Pushes onto `out`, in key order, every slot of `list` overlapping `[start, end]`.
+    /// Recursive in-order walk that skips subtrees whose `max_end` is below `start` and
+    /// stops at keys past `end`; no allocation.
     pub(crate) fn overlapping(&self, list: &ListHead, start: u64, end: u64, out: &mut Vec<Slot>) {
-        let mut stack: Vec<Slot> = Vec::new();
-        let mut t = list.root;
-        // in-order walk, pruning subtrees whose max_end < start and right parts past end
-        loop {
-            while t != NIL && self.node(t).max_end >= start {
-                stack.push(t);
-                t = self.node(t).left;
-            }
-            let Some(s) = stack.pop() else { break };
-            let n = self.node(s);
-            if n.start > end {
-                break;
-            }
-            if n.end >= start {
-                out.push(s);
-            }
-            t = n.right;
+        self.walk(list.root, start, end, out);
+    }
+
+    fn walk(&self, t: Slot, start: u64, end: u64, out: &mut Vec<Slot>) {
+        if t == NIL {
+            return;
         }
+        let n = self.node(t);
+        if n.max_end < start {
+            return;
+        }
+        self.walk(n.left, start, end, out);
+        if n.start > end {
+            return;
+        }
+        if n.end >= start {
+            out.push(t);
+        }
+        self.walk(n.right, start, end, out);
     }
 
     /// Slots of `list` in insertion order.

@@ -57,12 +57,76 @@ pub(crate) struct WaiterIndex {
     by_owner: BTreeSet<(i32, u64, u64, Slot)>,
 }
 
+/// How many locks and waiters each node has in one resource. Nearly every resource is used
+/// by one node, so that case is inline and the global `(nodeid, number)` index changes only
+/// when a node's count goes from 0 to 1 or back.
+#[derive(Debug, Clone, Default)]
+enum NodeCounts {
+    #[default]
+    Empty,
+    One(i32, u32),
+    Many(Box<BTreeMap<i32, u32>>),
+}
+
+impl NodeCounts {
+    /// Counts one more entry of `nodeid`; true when it is the node's first.
+    fn inc(&mut self, nodeid: i32) -> bool {
+        match self {
+            Self::Empty => {
+                *self = Self::One(nodeid, 1);
+                true
+            }
+            Self::One(n, c) if *n == nodeid => {
+                *c += 1;
+                false
+            }
+            Self::One(n, c) => {
+                let map = BTreeMap::from([(*n, *c), (nodeid, 1)]);
+                *self = Self::Many(Box::new(map));
+                true
+            }
+            Self::Many(map) => {
+                let c = map.entry(nodeid).or_insert(0);
+                *c += 1;
+                *c == 1
+            }
+        }
+    }
+
+    /// Counts one entry of `nodeid` less; true when it was the node's last.
+    fn dec(&mut self, nodeid: i32) -> bool {
+        match self {
+            Self::One(n, c) if *n == nodeid => {
+                *c -= 1;
+                if *c == 0 {
+                    *self = Self::Empty;
+                    return true;
+                }
+                false
+            }
+            Self::Many(map) => match map.get_mut(&nodeid) {
+                Some(c) if *c > 1 => {
+                    *c -= 1;
+                    false
+                }
+                Some(_) => {
+                    map.remove(&nodeid);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Resource {
     pub(crate) number: u64,
     pub(crate) locks: ListHead,
     pub(crate) waiters: ListHead,
     windex: Option<Box<WaiterIndex>>,
+    nodes: NodeCounts,
     /// Position in creation order (C's resource list), for purge's visiting order.
     created: u64,
     prev: u32,
@@ -116,7 +180,8 @@ pub struct Lockspace {
     by_number: BTreeMap<u64, u32>,
     head: u32,
     tail: u32,
-    node_entries: BTreeMap<(i32, u64), u32>,
+    /// (nodeid, number) for every resource where the node has a lock or a waiter.
+    by_node: BTreeSet<(i32, u64)>,
     dirty: BTreeSet<u64>,
     next_created: u64,
     scratch: Vec<Slot>,
@@ -135,7 +200,7 @@ impl Lockspace {
             by_number: BTreeMap::new(),
             head: NIL,
             tail: NIL,
-            node_entries: BTreeMap::new(),
+            by_node: BTreeSet::new(),
             dirty: BTreeSet::new(),
             next_created: 0,
             scratch: Vec::new(),
@@ -175,7 +240,7 @@ impl Lockspace {
             + self.waiters.heap_bytes()
             + self.resources.capacity() * size_of::<Option<Resource>>()
             + map(size_of::<(u64, u32)>(), self.by_number.len())
-            + map(size_of::<((i32, u64), u32)>(), self.node_entries.len())
+            + map(size_of::<(i32, u64)>(), self.by_node.len())
     }
 
     pub(crate) fn res(&self, r: u32) -> &Resource {
@@ -217,6 +282,7 @@ impl Lockspace {
             locks: ListHead::default(),
             waiters: ListHead::default(),
             windex: None,
+            nodes: NodeCounts::Empty,
             created: self.next_created,
             prev: self.tail,
             next: NIL,
@@ -268,15 +334,15 @@ impl Lockspace {
         self.free_resources.push(r);
     }
 
-    fn count_entry(&mut self, nodeid: i32, number: u64, add: bool) {
-        let key = (nodeid, number);
+    fn count_entry(&mut self, r: u32, nodeid: i32, add: bool) {
+        let res = self.res_mut(r);
+        let number = res.number;
         if add {
-            *self.node_entries.entry(key).or_insert(0) += 1;
-        } else if let Some(c) = self.node_entries.get_mut(&key) {
-            *c -= 1;
-            if *c == 0 {
-                self.node_entries.remove(&key);
+            if res.nodes.inc(nodeid) {
+                self.by_node.insert((nodeid, number));
             }
+        } else if res.nodes.dec(nodeid) {
+            self.by_node.remove(&(nodeid, number));
         }
     }
 
@@ -294,8 +360,7 @@ impl Lockspace {
             .as_mut()
             .expect("resource slot is live");
         self.locks.push_back(&mut res.locks, start, end, lock);
-        let number = res.number;
-        self.count_entry(req.nodeid, number, true);
+        self.count_entry(r, req.nodeid, true);
     }
 
     fn del_lock(&mut self, r: u32, s: Slot) {
@@ -303,8 +368,7 @@ impl Lockspace {
             .as_mut()
             .expect("resource slot is live");
         let lock = self.locks.remove(&mut res.locks, s);
-        let number = res.number;
-        self.count_entry(lock.nodeid, number, false);
+        self.count_entry(r, lock.nodeid, false);
     }
 
     fn set_lock_range(&mut self, r: u32, s: Slot, start: u64, end: u64) {
@@ -461,7 +525,7 @@ impl Lockspace {
             wi.candidates.insert(seq, s);
             self.dirty.insert(number);
         }
-        self.count_entry(info.nodeid, number, true);
+        self.count_entry(r, info.nodeid, true);
     }
 
     fn del_waiter(&mut self, r: u32, s: Slot) -> Waiter {
@@ -482,7 +546,7 @@ impl Lockspace {
         if empty {
             self.res_mut(r).windex = None;
         }
-        self.count_entry(w.info.nodeid, number, false);
+        self.count_entry(r, w.info.nodeid, false);
         w
     }
 
@@ -724,9 +788,9 @@ impl Lockspace {
     pub fn purge_node(&mut self, now: u64, nodeid: u32, out: &mut Vec<Reply>) -> usize {
         let nodeid = i32::try_from(nodeid).unwrap_or(i32::MAX);
         let numbers: BTreeSet<u64> = self
-            .node_entries
+            .by_node
             .range((nodeid, 0)..=(nodeid, u64::MAX))
-            .map(|(&(_, n), _)| n)
+            .map(|&(_, n)| n)
             .chain(self.dirty.iter().copied())
             .collect();
         // C visits its resource list in creation order; grants (replies) follow that order

@@ -306,21 +306,17 @@ impl Model {
         }
     }
 
-    /// purge_plocks
+    /// purge_plocks (freeing empty resources in one sweep: C unlinks each in O(1))
     pub fn purge(&mut self, nodeid: i32, out: &mut Vec<PlockInfo>) {
-        let mut r = 0;
-        while r < self.res.len() {
+        for r in 0..self.res.len() {
             self.res[r].locks.retain(|l| l.nodeid != nodeid);
             self.res[r].waiters.retain(|w| w.nodeid != nodeid);
             if !self.res[r].waiters.is_empty() {
                 self.do_waiters(r, out);
             }
-            if self.res[r].locks.is_empty() && self.res[r].waiters.is_empty() {
-                self.res.remove(r);
-            } else {
-                r += 1;
-            }
         }
+        self.res
+            .retain(|r| !(r.locks.is_empty() && r.waiters.is_empty()));
     }
 
     /// copy_plock_state
