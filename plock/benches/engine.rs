@@ -10,7 +10,7 @@
     clippy::cast_possible_wrap,
     clippy::cast_sign_loss
 )]
-#![allow(clippy::cast_precision_loss, missing_docs)]
+#![allow(clippy::cast_precision_loss, clippy::too_many_arguments, missing_docs)]
 
 #[path = "../tests/model/mod.rs"]
 mod model;
