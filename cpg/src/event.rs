@@ -1,0 +1,124 @@
+//! What a process group reports: deliveries, membership changes, totem ring changes.
+
+/// Why a member joined or left (`cpg_reason_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// `CPG_REASON_JOIN`: the process called join.
+    Join,
+    /// `CPG_REASON_LEAVE`: the process called leave.
+    Leave,
+    /// `CPG_REASON_NODEDOWN`: its node failed or was cut off.
+    NodeDown,
+    /// `CPG_REASON_NODEUP`: its node came back (a merge after a partition).
+    NodeUp,
+    /// `CPG_REASON_PROCDOWN`: the process exited without leaving, or corosync stopped.
+    ProcDown,
+    /// A value this crate does not know, kept as sent.
+    Other(u32),
+}
+
+impl Reason {
+    /// From the C value.
+    pub fn from_raw(v: u32) -> Self {
+        match v {
+            1 => Self::Join,
+            2 => Self::Leave,
+            3 => Self::NodeDown,
+            4 => Self::NodeUp,
+            5 => Self::ProcDown,
+            n => Self::Other(n),
+        }
+    }
+
+    /// To the C value.
+    pub fn to_raw(self) -> u32 {
+        match self {
+            Self::Join => 1,
+            Self::Leave => 2,
+            Self::NodeDown => 3,
+            Self::NodeUp => 4,
+            Self::ProcDown => 5,
+            Self::Other(n) => n,
+        }
+    }
+}
+
+/// One process in a membership list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Member {
+    /// Corosync node id.
+    pub nodeid: u32,
+    /// Process id on that node.
+    pub pid: u32,
+    /// Why it is in the joined or left list (`Join` in the member list).
+    pub reason: Reason,
+}
+
+/// A totem ring identifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct RingId {
+    /// Node that formed the ring.
+    pub nodeid: u32,
+    /// Ring sequence number.
+    pub seq: u64,
+}
+
+/// An event of a process group, in the order the group delivers them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A multicast message, in agreed (total) order; includes our own.
+    Deliver {
+        /// Sender node.
+        nodeid: u32,
+        /// Sender process.
+        pid: u32,
+        /// The bytes sent, untouched.
+        payload: Vec<u8>,
+    },
+    /// The group's membership changed.
+    ConfChg {
+        /// Members after the change.
+        members: Vec<Member>,
+        /// Members that left, with why.
+        left: Vec<Member>,
+        /// Members that joined, with why.
+        joined: Vec<Member>,
+    },
+    /// The totem ring changed (also delivered once at join when asked for).
+    Totem {
+        /// The new ring.
+        ring: RingId,
+        /// Nodes in the ring.
+        members: Vec<u32>,
+    },
+}
+
+/// Errors of the group layer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpgError {
+    /// Corosync asks to retry later (flow control); nothing was done.
+    #[error("corosync is busy (CS_ERR_TRY_AGAIN)")]
+    TryAgain,
+    /// Corosync went away (killed, stopped): the handle is dead.
+    #[error("corosync connection lost in {call} (cs_error {code})")]
+    Gone {
+        /// The call that found out.
+        call: &'static str,
+        /// The `cs_error_t`.
+        code: i32,
+    },
+    /// Another corosync error.
+    #[error("{call} failed with cs_error {code}")]
+    Call {
+        /// The call.
+        call: &'static str,
+        /// The `cs_error_t`.
+        code: i32,
+    },
+    /// A group name longer than CPG allows (128 bytes).
+    #[error("group name is {0} bytes, at most 128")]
+    NameTooLong(usize),
+    /// The group was left or its bus is gone.
+    #[error("group is closed")]
+    Closed,
+}
