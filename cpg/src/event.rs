@@ -50,7 +50,8 @@ pub struct Member {
     pub nodeid: u32,
     /// Process id on that node.
     pub pid: u32,
-    /// Why it is in the joined or left list (`Join` in the member list).
+    /// Why it is in the joined or left list; corosync sends 0 (`Other(0)`) in the
+    /// member list, where no reason applies.
     pub reason: Reason,
 }
 

@@ -79,7 +79,7 @@ fn rust_rows() -> BTreeSet<String> {
     c(&mut r, "CS_TRACK_CURRENT", i64::from(CS_TRACK_CURRENT));
     c(&mut r, "CS_TRACK_CHANGES", i64::from(CS_TRACK_CHANGES));
     c(&mut r, "CPG_MODEL_V1_DELIVER_INITIAL_TOTEM_CONF", i64::from(CPG_MODEL_V1_DELIVER_INITIAL_TOTEM_CONF));
-    c(&mut r, "CPG_MAX_NAME_LENGTH", CPG_MAX_NAME_LENGTH as i64);
+    c(&mut r, "CPG_MAX_NAME_LENGTH", i64::try_from(CPG_MAX_NAME_LENGTH).expect("small"));
     for (n, reason) in [
         ("CPG_REASON_JOIN", Reason::Join),
         ("CPG_REASON_LEAVE", Reason::Leave),

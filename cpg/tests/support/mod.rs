@@ -1,0 +1,152 @@
+//! A real corosync for tests: one node on loopback inside a network namespace this test
+//! creates (libqb's IPC sockets are abstract, hence per namespace), with its pid file on a
+//! private tmpfs `/run` and its state and log in a temporary directory. Only what the
+//! fixture created is removed, and only the corosync it started is killed, by pid.
+//!
+//! Needs root, `ip` (iproute2) and corosync; `.ci/run` installs them.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub struct Corosync {
+    pub netns: String,
+    pub dir: PathBuf,
+    child: Option<Child>,
+    pid: u32,
+}
+
+fn sh(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Corosync {
+    /// Starts corosync as node 1 of a one-node cluster named `dlmtest`.
+    pub fn start(tag: &str) -> Self {
+        assert!(
+            nix_is_root(),
+            "the corosync tests start corosync in a network namespace and need root"
+        );
+        let netns = format!("dlmt-{tag}-{}", std::process::id());
+        let dir = std::env::temp_dir().join(&netns);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("state")).expect("temp dir");
+        let conf = format!(
+            "totem {{\n version: 2\n cluster_name: dlmtest\n transport: knet\n token: 1000\n \
+             crypto_cipher: none\n crypto_hash: none\n}}\n\
+             nodelist {{\n node {{\n  ring0_addr: 127.0.0.1\n  nodeid: 1\n  name: node1\n }}\n}}\n\
+             quorum {{\n provider: corosync_votequorum\n}}\n\
+             logging {{\n to_logfile: yes\n logfile: {log}\n to_syslog: no\n to_stderr: no\n timestamp: on\n}}\n\
+             system {{\n state_dir: {state}\n move_to_root_cgroup: no\n}}\n",
+            log = dir.join("corosync.log").display(),
+            state = dir.join("state").display()
+        );
+        let conf_path = dir.join("corosync.conf");
+        fs::write(&conf_path, conf).expect("write corosync.conf");
+        assert!(sh("ip", &["netns", "add", &netns]), "ip netns add {netns}");
+        assert!(sh("ip", &["netns", "exec", &netns, "ip", "link", "set", "lo", "up"]));
+        // `ip netns exec` gives a private mount namespace: the tmpfs hides the host's /run
+        // (corosync's lock file is /run/corosync.pid) from this corosync only.
+        let script = format!(
+            "mount -t tmpfs tmpfs /run && exec corosync -f -c {}",
+            conf_path.display()
+        );
+        let child = Command::new("ip")
+            .args(["netns", "exec", &netns, "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start corosync");
+        Self {
+            netns,
+            dir,
+            pid: child.id(),
+            child: Some(child),
+        }
+    }
+
+    /// Runs `f` on a new thread (8 MiB of stack, for libcpg's dispatch) inside the node's
+    /// network namespace, and returns its result.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.netns);
+        thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || {
+                let ns = fs::File::open(&path).expect("open netns");
+                // SAFETY: setns on a valid namespace fd; affects only this thread.
+                let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns into {path}");
+                f()
+            })
+            .expect("spawn")
+            .join()
+            .expect("test thread panicked")
+    }
+
+    /// The corosync process id (the `sh` execs into corosync).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// SIGKILLs the corosync this fixture started.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("corosync.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Corosync {
+    fn drop(&mut self) {
+        let pid = Some(self.pid);
+        self.kill();
+        let _ = sh("ip", &["netns", "del", &self.netns]);
+        // libqb leaves /dev/shm/qb-<serverpid>-* behind after a SIGKILL
+        if let (Some(pid), Ok(entries)) = (pid, fs::read_dir("/dev/shm")) {
+            let ours = [format!("qb-{pid}-"), format!("qb-corosync-{pid}-")];
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if ours.iter().any(|p| name.starts_with(p.as_str())) {
+                    let _ = fs::remove_dir_all(e.path());
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Retries `f` until it returns `Some` or `limit` passes (readiness of a just-started
+/// service, not a performance assertion).
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
