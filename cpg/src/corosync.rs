@@ -233,7 +233,9 @@ impl CorosyncGroup {
         })?;
         group.nodeid = nodeid;
         // SAFETY: live handle, name is a valid cpg_name.
-        check("cpg_join", unsafe { sys::cpg_join(handle, &raw const group.name) })?;
+        check("cpg_join", unsafe {
+            sys::cpg_join(handle, &raw const group.name)
+        })?;
         group.joined = true;
         Ok(group)
     }
@@ -243,7 +245,9 @@ impl CorosyncGroup {
     pub fn as_raw_fd(&self) -> Result<RawFd, CpgError> {
         let mut fd: c_int = -1;
         // SAFETY: live handle, valid out-pointer.
-        check("cpg_fd_get", unsafe { sys::cpg_fd_get(self.handle, &raw mut fd) })?;
+        check("cpg_fd_get", unsafe {
+            sys::cpg_fd_get(self.handle, &raw mut fd)
+        })?;
         Ok(fd)
     }
 
@@ -254,7 +258,9 @@ impl CorosyncGroup {
             return Ok(());
         }
         // SAFETY: live handle, valid name.
-        check("cpg_leave", unsafe { sys::cpg_leave(self.handle, &raw const self.name) })?;
+        check("cpg_leave", unsafe {
+            sys::cpg_leave(self.handle, &raw const self.name)
+        })?;
         self.joined = false;
         Ok(())
     }

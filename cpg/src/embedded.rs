@@ -110,7 +110,11 @@ mod tests {
         assert!(matches!(&evs[1], Event::ConfChg { joined, .. } if joined[0].nodeid == 7));
         assert_eq!(
             evs[2],
-            Event::Deliver { nodeid: 7, pid: 100, payload: b"a".to_vec() }
+            Event::Deliver {
+                nodeid: 7,
+                pid: 100,
+                payload: b"a".to_vec()
+            }
         );
         assert!(matches!(&evs[3], Event::Deliver { payload, .. } if payload == b"b"));
         assert!(matches!(&evs[4], Event::ConfChg { left, members, .. }

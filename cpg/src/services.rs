@@ -115,7 +115,9 @@ impl Quorum {
     pub fn as_raw_fd(&self) -> Result<RawFd, CpgError> {
         let mut fd: c_int = -1;
         // SAFETY: live handle, valid out-pointer.
-        check("quorum_fd_get", unsafe { sys::quorum_fd_get(self.handle, &raw mut fd) })?;
+        check("quorum_fd_get", unsafe {
+            sys::quorum_fd_get(self.handle, &raw mut fd)
+        })?;
         Ok(fd)
     }
 
@@ -260,7 +262,9 @@ impl Cmap {
     pub fn new() -> Result<Self, CpgError> {
         let mut handle = 0;
         // SAFETY: valid out-pointer.
-        check("cmap_initialize", unsafe { sys::cmap_initialize(&raw mut handle) })?;
+        check("cmap_initialize", unsafe {
+            sys::cmap_initialize(&raw mut handle)
+        })?;
         Ok(Self { handle })
     }
 
@@ -317,7 +321,10 @@ mod tests {
     fn sockaddr_bytes() {
         let mut s = [0u8; 128];
         s[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]); // observed for 127.0.0.1
-        assert_eq!(parse_sockaddr(&s), Some("127.0.0.1:0".parse().expect("addr")));
+        assert_eq!(
+            parse_sockaddr(&s),
+            Some("127.0.0.1:0".parse().expect("addr"))
+        );
         let mut s6 = [0u8; 128];
         s6[..2].copy_from_slice(&10u16.to_ne_bytes());
         s6[23] = 1;

@@ -73,7 +73,12 @@ impl BusState {
             .flat_map(|g| g.members.keys().map(|k| k.0))
             .filter(|&n| self.side_of(n) == side && !self.crashed.contains(&n))
             .collect();
-        nodes.extend(self.side.iter().filter(|(_, s)| **s == side).map(|(n, _)| *n));
+        nodes.extend(
+            self.side
+                .iter()
+                .filter(|(_, s)| **s == side)
+                .map(|(n, _)| *n),
+        );
         nodes.retain(|n| !self.crashed.contains(n));
         nodes.into_iter().collect()
     }
@@ -122,7 +127,11 @@ impl BusState {
             .filter(|(_, (n, _))| self.side_of(*n) == side)
             .collect();
         for (name, k) in sides {
-            if let Some(m) = self.groups.get_mut(&name).and_then(|g| g.members.get_mut(&k)) {
+            if let Some(m) = self
+                .groups
+                .get_mut(&name)
+                .and_then(|g| g.members.get_mut(&k))
+            {
                 m.events.push_back(event.clone());
             }
         }
@@ -366,7 +375,11 @@ impl SimBus {
                 }
                 sides_touched.insert(side_now);
                 let members = s.view(&s.groups[&name], side_now);
-                if let Some(m) = s.groups.get_mut(&name).and_then(|g| g.members.get_mut(&obs)) {
+                if let Some(m) = s
+                    .groups
+                    .get_mut(&name)
+                    .and_then(|g| g.members.get_mut(&obs))
+                {
                     m.events.push_back(Event::ConfChg {
                         members,
                         left,
@@ -406,7 +419,10 @@ impl SimGroup {
         let mut s = self.bus.state.borrow_mut();
         let side = s.side_of(self.nodeid);
         let key = (self.nodeid, self.pid);
-        let Some(mut me) = s.groups.get_mut(&self.name).and_then(|g| g.members.remove(&key))
+        let Some(mut me) = s
+            .groups
+            .get_mut(&self.name)
+            .and_then(|g| g.members.remove(&key))
         else {
             return;
         };

@@ -47,9 +47,8 @@ pub struct cpg_ring_id {
     pub seq: u64,
 }
 
-pub type cpg_deliver_fn_t = Option<
-    unsafe extern "C" fn(cpg_handle_t, *const cpg_name, u32, u32, *mut c_void, usize),
->;
+pub type cpg_deliver_fn_t =
+    Option<unsafe extern "C" fn(cpg_handle_t, *const cpg_name, u32, u32, *mut c_void, usize)>;
 pub type cpg_confchg_fn_t = Option<
     unsafe extern "C" fn(
         cpg_handle_t,
@@ -132,7 +131,8 @@ unsafe extern "C" {
 
 // ---- cfg ----
 pub type corosync_cfg_handle_t = u64;
-pub type corosync_cfg_shutdown_callback_t = Option<unsafe extern "C" fn(corosync_cfg_handle_t, c_int)>;
+pub type corosync_cfg_shutdown_callback_t =
+    Option<unsafe extern "C" fn(corosync_cfg_handle_t, c_int)>;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -154,7 +154,8 @@ unsafe extern "C" {
         callbacks: *const corosync_cfg_callbacks_t,
     ) -> cs_error_t;
     pub fn corosync_cfg_finalize(handle: corosync_cfg_handle_t) -> cs_error_t;
-    pub fn corosync_cfg_local_get(handle: corosync_cfg_handle_t, nodeid: *mut c_uint) -> cs_error_t;
+    pub fn corosync_cfg_local_get(handle: corosync_cfg_handle_t, nodeid: *mut c_uint)
+    -> cs_error_t;
     pub fn corosync_cfg_get_node_addrs(
         handle: corosync_cfg_handle_t,
         nodeid: c_uint,
@@ -175,6 +176,14 @@ pub type cmap_handle_t = u64;
 unsafe extern "C" {
     pub fn cmap_initialize(handle: *mut cmap_handle_t) -> cs_error_t;
     pub fn cmap_finalize(handle: cmap_handle_t) -> cs_error_t;
-    pub fn cmap_get_uint32(handle: cmap_handle_t, key: *const c_char, value: *mut u32) -> cs_error_t;
-    pub fn cmap_get_string(handle: cmap_handle_t, key: *const c_char, value: *mut *mut c_char) -> cs_error_t;
+    pub fn cmap_get_uint32(
+        handle: cmap_handle_t,
+        key: *const c_char,
+        value: *mut u32,
+    ) -> cs_error_t;
+    pub fn cmap_get_string(
+        handle: cmap_handle_t,
+        key: *const c_char,
+        value: *mut *mut c_char,
+    ) -> cs_error_t;
 }

@@ -160,7 +160,10 @@ fn helper_member() {
     }
     g.mcast(b"from helper").expect("mcast");
     let evs = drain(&mut g, 2);
-    assert!(evs.iter().any(|e| matches!(e, Event::Deliver { payload, .. } if payload == b"from helper")));
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, Event::Deliver { payload, .. } if payload == b"from helper"))
+    );
     g.leave().expect("leave");
     let evs = drain(&mut g, 1);
     assert!(matches!(&evs[0], Event::ConfChg { left, .. } if left[0].reason == Reason::Leave));

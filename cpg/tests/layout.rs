@@ -48,19 +48,70 @@ fn rust_rows() -> BTreeSet<String> {
     s(&mut r, "cpg_ring_id", size_of::<cpg_ring_id>());
     f!(r, cpg_ring_id, "cpg_ring_id", nodeid);
     f!(r, cpg_ring_id, "cpg_ring_id", seq);
-    s(&mut r, "cpg_model_v1_data_t", size_of::<cpg_model_v1_data_t>());
+    s(
+        &mut r,
+        "cpg_model_v1_data_t",
+        size_of::<cpg_model_v1_data_t>(),
+    );
     f!(r, cpg_model_v1_data_t, "cpg_model_v1_data_t", model);
-    f!(r, cpg_model_v1_data_t, "cpg_model_v1_data_t", cpg_deliver_fn);
-    f!(r, cpg_model_v1_data_t, "cpg_model_v1_data_t", cpg_confchg_fn);
-    f!(r, cpg_model_v1_data_t, "cpg_model_v1_data_t", cpg_totem_confchg_fn);
+    f!(
+        r,
+        cpg_model_v1_data_t,
+        "cpg_model_v1_data_t",
+        cpg_deliver_fn
+    );
+    f!(
+        r,
+        cpg_model_v1_data_t,
+        "cpg_model_v1_data_t",
+        cpg_confchg_fn
+    );
+    f!(
+        r,
+        cpg_model_v1_data_t,
+        "cpg_model_v1_data_t",
+        cpg_totem_confchg_fn
+    );
     f!(r, cpg_model_v1_data_t, "cpg_model_v1_data_t", flags);
-    s(&mut r, "quorum_callbacks_t", size_of::<quorum_callbacks_t>());
-    f!(r, quorum_callbacks_t, "quorum_callbacks_t", quorum_notify_fn);
-    s(&mut r, "corosync_cfg_callbacks_t", size_of::<corosync_cfg_callbacks_t>());
-    f!(r, corosync_cfg_callbacks_t, "corosync_cfg_callbacks_t", corosync_cfg_shutdown_callback);
-    s(&mut r, "corosync_cfg_node_address_t", size_of::<corosync_cfg_node_address_t>());
-    f!(r, corosync_cfg_node_address_t, "corosync_cfg_node_address_t", address_length);
-    f!(r, corosync_cfg_node_address_t, "corosync_cfg_node_address_t", address);
+    s(
+        &mut r,
+        "quorum_callbacks_t",
+        size_of::<quorum_callbacks_t>(),
+    );
+    f!(
+        r,
+        quorum_callbacks_t,
+        "quorum_callbacks_t",
+        quorum_notify_fn
+    );
+    s(
+        &mut r,
+        "corosync_cfg_callbacks_t",
+        size_of::<corosync_cfg_callbacks_t>(),
+    );
+    f!(
+        r,
+        corosync_cfg_callbacks_t,
+        "corosync_cfg_callbacks_t",
+        corosync_cfg_shutdown_callback
+    );
+    s(
+        &mut r,
+        "corosync_cfg_node_address_t",
+        size_of::<corosync_cfg_node_address_t>(),
+    );
+    f!(
+        r,
+        corosync_cfg_node_address_t,
+        "corosync_cfg_node_address_t",
+        address_length
+    );
+    f!(
+        r,
+        corosync_cfg_node_address_t,
+        "corosync_cfg_node_address_t",
+        address
+    );
     s(&mut r, "cs_error_t", size_of::<cs_error_t>());
     s(&mut r, "cpg_handle_t", size_of::<cpg_handle_t>());
     for (n, v) in [
@@ -78,8 +129,16 @@ fn rust_rows() -> BTreeSet<String> {
     }
     c(&mut r, "CS_TRACK_CURRENT", i64::from(CS_TRACK_CURRENT));
     c(&mut r, "CS_TRACK_CHANGES", i64::from(CS_TRACK_CHANGES));
-    c(&mut r, "CPG_MODEL_V1_DELIVER_INITIAL_TOTEM_CONF", i64::from(CPG_MODEL_V1_DELIVER_INITIAL_TOTEM_CONF));
-    c(&mut r, "CPG_MAX_NAME_LENGTH", i64::try_from(CPG_MAX_NAME_LENGTH).expect("small"));
+    c(
+        &mut r,
+        "CPG_MODEL_V1_DELIVER_INITIAL_TOTEM_CONF",
+        i64::from(CPG_MODEL_V1_DELIVER_INITIAL_TOTEM_CONF),
+    );
+    c(
+        &mut r,
+        "CPG_MAX_NAME_LENGTH",
+        i64::try_from(CPG_MAX_NAME_LENGTH).expect("small"),
+    );
     for (n, reason) in [
         ("CPG_REASON_JOIN", Reason::Join),
         ("CPG_REASON_LEAVE", Reason::Leave),
@@ -105,9 +164,16 @@ fn sys_matches_corosync_headers() {
         .arg(&exe)
         .status()
         .expect("a C compiler (cc) is needed: .ci/run installs it");
-    assert!(status.success(), "compiling cpg/tests/c/layout.c failed (corosync -dev packages installed?)");
+    assert!(
+        status.success(),
+        "compiling cpg/tests/c/layout.c failed (corosync -dev packages installed?)"
+    );
     let out = Command::new(&exe).output().expect("run layout program");
-    let c: BTreeSet<String> = String::from_utf8(out.stdout).expect("ascii").lines().map(str::to_owned).collect();
+    let c: BTreeSet<String> = String::from_utf8(out.stdout)
+        .expect("ascii")
+        .lines()
+        .map(str::to_owned)
+        .collect();
     let rust = rust_rows();
     let only_c: Vec<_> = c.difference(&rust).collect();
     let only_rust: Vec<_> = rust.difference(&c).collect();

@@ -54,7 +54,10 @@ impl Corosync {
         let conf_path = dir.join("corosync.conf");
         fs::write(&conf_path, conf).expect("write corosync.conf");
         assert!(sh("ip", &["netns", "add", &netns]), "ip netns add {netns}");
-        assert!(sh("ip", &["netns", "exec", &netns, "ip", "link", "set", "lo", "up"]));
+        assert!(sh(
+            "ip",
+            &["netns", "exec", &netns, "ip", "link", "set", "lo", "up"]
+        ));
         // `ip netns exec` gives a private mount namespace: the tmpfs hides the host's /run
         // (corosync's lock file is /run/corosync.pid) from this corosync only.
         let script = format!(
