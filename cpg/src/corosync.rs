@@ -34,6 +34,7 @@ pub struct CorosyncGroup {
     inner: *mut Inner,
     outq: VecDeque<Vec<u8>>,
     joined: bool,
+    fd: RawFd,
 }
 
 // SAFETY: the libcpg handle may be used from any thread (libcpg serialises calls on a
@@ -225,7 +226,14 @@ impl CorosyncGroup {
             inner,
             outq: VecDeque::new(),
             joined: false,
+            fd: -1,
         };
+        let mut fd: c_int = -1;
+        // SAFETY: live handle, valid out-pointer.
+        check("cpg_fd_get", unsafe {
+            sys::cpg_fd_get(handle, &raw mut fd)
+        })?;
+        group.fd = fd;
         let mut nodeid: c_uint = 0;
         // SAFETY: live handle, valid out-pointer.
         check("cpg_local_get", unsafe {
@@ -347,5 +355,12 @@ impl Drop for CorosyncGroup {
         }
         // SAFETY: from Box::into_raw in join; libcpg no longer references it.
         drop(unsafe { Box::from_raw(self.inner) });
+    }
+}
+
+impl std::os::fd::AsRawFd for CorosyncGroup {
+    /// The libqb fd, fixed for the handle's life.
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
     }
 }

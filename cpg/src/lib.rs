@@ -4,7 +4,7 @@
 //! One interface, [`Group`], three implementations:
 //!
 //! * [`CorosyncGroup`] — the real engine, through our own thin bindings ([`sys`]) to
-//!   Debian 12's corosync 3 (`libcpg`), plus the services the daemon needs: [`Quorum`],
+//!   Debian 12's corosync 3 (`libcpg`), driven from tokio by [`AsyncCorosyncGroup`], plus the services the daemon needs: [`Quorum`],
 //!   [`Cfg`] (node id, node addresses, kill) and [`Cmap`];
 //! * [`EmbeddedGroup`] — one member, no corosync, for a single-node cluster and the demo;
 //! * [`SimBus`]/[`SimGroup`] — many nodes in one process, deterministic from a seed, for
@@ -14,6 +14,7 @@
 //! membership, or block: sends queue on `CS_ERR_TRY_AGAIN` and go out on
 //! [`Group::flush`].
 
+mod async_group;
 mod corosync;
 mod embedded;
 mod event;
@@ -22,6 +23,7 @@ mod services;
 mod sim;
 pub mod sys;
 
+pub use async_group::AsyncCorosyncGroup;
 pub use corosync::CorosyncGroup;
 pub use embedded::EmbeddedGroup;
 pub use event::{CpgError, Event, Member, Reason, RingId};

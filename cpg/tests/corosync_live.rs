@@ -168,3 +168,51 @@ fn helper_member() {
     let evs = drain(&mut g, 1);
     assert!(matches!(&evs[0], Event::ConfChg { left, .. } if left[0].reason == Reason::Leave));
 }
+
+/// Through tokio: while one task awaits corosync, another runs (a current-thread runtime
+/// would hang here if waiting blocked the thread), and its request is delivered in order.
+#[test]
+fn tokio_driven_group() {
+    let cs = Corosync::start("tokio");
+    let got = cs.run(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let g = wait_for(Duration::from_secs(15), || {
+                CorosyncGroup::join(b"dlm:tokio\0", false).ok()
+            })
+            .expect("join");
+            let mut g = dlm_cpg::AsyncCorosyncGroup::new(g).expect("register");
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+            tokio::spawn(async move {
+                for i in 0..3u8 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tx.send(vec![i; 10]).await.expect("send");
+                }
+            });
+            let mut delivered = Vec::new();
+            let work = async {
+                while delivered.len() < 3 {
+                    tokio::select! {
+                        ev = g.next_event() => {
+                            if let Event::Deliver { payload, .. } = ev.expect("event") {
+                                delivered.push(payload);
+                            }
+                        }
+                        Some(m) = rx.recv() => {
+                            g.group().mcast(&m).expect("mcast");
+                            g.flush().await.expect("flush");
+                        }
+                    }
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), work)
+                .await
+                .expect("not stuck");
+            delivered
+        })
+    });
+    assert_eq!(got, vec![vec![0u8; 10], vec![1; 10], vec![2; 10]]);
+}
