@@ -1,0 +1,414 @@
+//! `/etc/dlm/dlm.conf`, parsed once into indexed sections (daemon-spec §6.3).
+//!
+//! The C daemon re-reads the file at every lockspace creation and scans it whole for each
+//! node it fences; here one pass builds ordered maps, so loading costs O(n log n) and each
+//! lookup O(log n). What C accepts, this accepts; where C silently ignores a line, this
+//! ignores it too and reports a warning with the line number; where C would misbehave
+//! later (a broken fence section fails every fencing of that node), this refuses to start
+//! and names the line.
+
+use std::collections::BTreeMap;
+
+use super::options::{Opt, Value};
+use super::value::{ValueError, parse};
+
+/// A dlm.conf the daemon refuses, with the line at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("dlm.conf line {line}: {why}: {text:?}")]
+pub struct ConfError {
+    /// 1-based line number.
+    pub line: usize,
+    /// The line.
+    pub text: String,
+    /// What is wrong.
+    pub why: String,
+}
+
+/// A line the daemon ignores, as C does, but reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfWarning {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is ignored and why.
+    pub why: String,
+}
+
+/// `lockspace <name> [nodir=1]` and its `master` lines.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LockspaceConf {
+    /// `nodir=1`.
+    pub nodir: bool,
+    /// Master nodes and their weights.
+    pub masters: BTreeMap<u32, u32>,
+}
+
+impl LockspaceConf {
+    /// The weight written to configfs `nodes/<id>/weight` (`get_weight`): 1 for everyone
+    /// without masters; with masters, a master's weight and 0 for every other node.
+    pub fn weight(&self, nodeid: u32) -> u32 {
+        if self.masters.is_empty() {
+            1
+        } else {
+            self.masters.get(&nodeid).copied().unwrap_or(0)
+        }
+    }
+}
+
+/// One fence device as a node uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceMethod {
+    /// Device name (`fence_all` for the fence_all line).
+    pub device: String,
+    /// Agent program.
+    pub agent: String,
+    /// `key=val` arguments of the device line.
+    pub device_args: Vec<String>,
+    /// `key=val` arguments of the node's connect line (beyond `node=`).
+    pub connect_args: Vec<String>,
+    /// Also unfence with it at startup.
+    pub unfence: bool,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConfFile {
+    /// `key=val` option lines, in file order, with line numbers.
+    pub options: Vec<(usize, Opt, Value)>,
+    /// Lockspace sections by name.
+    pub lockspaces: BTreeMap<String, LockspaceConf>,
+    /// `node id=<id> mark=<m>` lines.
+    pub node_marks: BTreeMap<u32, u32>,
+    /// `fence_all` (every node uses it).
+    pub fence_all: Option<FenceMethod>,
+    /// Per node, its devices in file order (at most 4).
+    pub fence: BTreeMap<u32, Vec<FenceMethod>>,
+    /// Lines ignored.
+    pub warnings: Vec<ConfWarning>,
+}
+
+impl ConfFile {
+    /// The devices that fence `nodeid`, in order; empty = none configured (the daemon then
+    /// uses `dlm_stonith`).
+    pub fn fence_methods(&self, nodeid: u32) -> Vec<FenceMethod> {
+        if let Some(all) = &self.fence_all {
+            return vec![all.clone()];
+        }
+        self.fence.get(&nodeid).cloned().unwrap_or_default()
+    }
+}
+
+enum Section {
+    None,
+    Lockspace(String),
+    Device(String),
+    FenceAll,
+}
+
+fn kv<'a>(word: &'a str, key: &str) -> Option<&'a str> {
+    word.strip_prefix(key)?.strip_prefix('=')
+}
+
+/// Parses the text of a dlm.conf.
+pub fn parse_conf(text: &str) -> Result<ConfFile, ConfError> {
+    let mut conf = ConfFile::default();
+    let mut devices: BTreeMap<String, (String, Vec<String>, usize)> = BTreeMap::new();
+    let mut section = Section::None;
+    for (idx, raw) in text.lines().enumerate() {
+        let line = idx + 1;
+        let err = |why: &str| ConfError {
+            line,
+            text: raw.to_owned(),
+            why: why.to_owned(),
+        };
+        let warn = |conf: &mut ConfFile, why: String| conf.warnings.push(ConfWarning { line, why });
+        if raw.trim().is_empty() || raw.starts_with(' ') || raw.starts_with('\t') {
+            section = Section::None;
+            continue;
+        }
+        if raw.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = raw.split_whitespace().collect();
+        let first = words[0];
+        // options: the key runs up to space, '=' or tab (set_opt_file)
+        let key = raw.split([' ', '=', '\t']).next().unwrap_or_default();
+        if let Some(o) = Opt::by_name(key) {
+            let value = raw
+                .split_once('=')
+                .map(|(_, v)| v.split_whitespace().next().unwrap_or_default())
+                .ok_or_else(|| err("option line without '='"))?;
+            let v = match parse(o, value) {
+                Ok(v) => v,
+                Err(ValueError::Refused(why)) => return Err(err(why)),
+                Err(e) => return Err(err(&e.to_string())),
+            };
+            conf.options.push((line, o, v));
+            section = Section::None;
+            continue;
+        }
+        match (first, &section) {
+            ("lockspace", _) => {
+                let name = words
+                    .get(1)
+                    .ok_or_else(|| err("lockspace line without a name"))?;
+                let mut ls = LockspaceConf::default();
+                for w in &words[2..] {
+                    match kv(w, "nodir") {
+                        Some(v) => {
+                            ls.nodir =
+                                v.parse::<i64>().map_err(|_| err("nodir is not a number"))? != 0
+                        }
+                        None => warn(&mut conf, format!("ignored {w:?} on the lockspace line")),
+                    }
+                }
+                conf.lockspaces.insert((*name).to_owned(), ls);
+                section = Section::Lockspace((*name).to_owned());
+            }
+            ("master", Section::Lockspace(ls)) => {
+                let ls = ls.clone();
+                let node = words
+                    .iter()
+                    .find_map(|w| kv(w, "node"))
+                    .and_then(|v| v.parse::<u32>().ok());
+                let weight = words.iter().find_map(|w| kv(w, "weight"));
+                match (words.get(1), node) {
+                    (Some(name), Some(n)) if *name == ls && n != 0 => {
+                        let w = match weight {
+                            Some(w) => w.parse().map_err(|_| err("weight is not a number"))?,
+                            None => 1,
+                        };
+                        if let Some(l) = conf.lockspaces.get_mut(&ls) {
+                            if l.masters.len() >= 128 {
+                                return Err(err("more than 128 master lines"));
+                            }
+                            l.masters.insert(n, w);
+                        }
+                    }
+                    _ => {
+                        // C ends the master list here and consumes this line
+                        warn(
+                            &mut conf,
+                            format!("ends the master list of lockspace {ls} and is ignored"),
+                        );
+                        section = Section::None;
+                    }
+                }
+            }
+            ("master", _) => warn(
+                &mut conf,
+                "master line outside a lockspace section ignored".into(),
+            ),
+            ("node", _) => {
+                let (Some(id), Some(mark), 3) = (
+                    words
+                        .get(1)
+                        .and_then(|w| kv(w, "id"))
+                        .and_then(|v| v.parse::<i64>().ok()),
+                    words.get(2).and_then(|w| kv(w, "mark")),
+                    words.len(),
+                ) else {
+                    return Err(err("expected `node id=<id> mark=<mark>`"));
+                };
+                let mark = parse(Opt::Mark, mark).map_err(|e| err(&e.to_string()))?;
+                match (u32::try_from(id), mark) {
+                    (Ok(id @ 1..=127), Value::Num(m)) => {
+                        conf.node_marks.insert(id, u32::try_from(m).unwrap_or(0));
+                    }
+                    _ => warn(&mut conf, format!("node id {id} outside 1..127 ignored")),
+                }
+            }
+            ("fence_all", _) => {
+                if !devices.is_empty() {
+                    return Err(err("fence_all cannot be combined with device lines"));
+                }
+                let agent = words
+                    .get(1)
+                    .ok_or_else(|| err("fence_all without an agent"))?;
+                conf.fence_all = Some(FenceMethod {
+                    device: "fence_all".into(),
+                    agent: (*agent).to_owned(),
+                    device_args: words[2..].iter().map(|s| (*s).to_owned()).collect(),
+                    connect_args: Vec::new(),
+                    unfence: false,
+                });
+                section = Section::FenceAll;
+            }
+            ("unfence_all", Section::FenceAll) => {
+                if let Some(f) = conf.fence_all.as_mut() {
+                    f.unfence = true;
+                }
+            }
+            ("device", _) => {
+                if conf.fence_all.is_some() {
+                    return Err(err("device lines cannot be combined with fence_all"));
+                }
+                let (Some(name), Some(agent)) = (words.get(1), words.get(2)) else {
+                    return Err(err("expected `device <name> <agent> [key=val ...]`"));
+                };
+                if devices.contains_key(*name) {
+                    return Err(err("device defined twice"));
+                }
+                devices.insert(
+                    (*name).to_owned(),
+                    (
+                        (*agent).to_owned(),
+                        words[3..].iter().map(|s| (*s).to_owned()).collect(),
+                        line,
+                    ),
+                );
+                section = Section::Device((*name).to_owned());
+            }
+            ("connect", Section::Device(dev)) => {
+                if words.get(1) != Some(&dev.as_str()) {
+                    return Err(err(
+                        "connect line for another device inside a device section",
+                    ));
+                }
+                let node = words
+                    .iter()
+                    .find_map(|w| kv(w, "node"))
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| err("connect line without node=<id>"))?;
+                let (agent, args, _) = devices[dev].clone();
+                let list = conf.fence.entry(node).or_default();
+                if list.len() >= 4 {
+                    return Err(err("more than 4 fence devices for one node"));
+                }
+                list.push(FenceMethod {
+                    device: dev.clone(),
+                    agent,
+                    device_args: args,
+                    connect_args: words[2..]
+                        .iter()
+                        .filter(|w| kv(w, "node").is_none())
+                        .map(|s| (*s).to_owned())
+                        .collect(),
+                    unfence: false,
+                });
+            }
+            ("unfence", Section::Device(dev)) => {
+                if words.get(1) != Some(&dev.as_str()) {
+                    return Err(err(
+                        "unfence line for another device inside a device section",
+                    ));
+                }
+                for list in conf.fence.values_mut() {
+                    for m in list.iter_mut().filter(|m| &m.device == dev) {
+                        m.unfence = true;
+                    }
+                }
+            }
+            ("connect" | "unfence" | "unfence_all", _) => {
+                return Err(err("fence line outside its device section"));
+            }
+            (_, Section::Device(_)) => return Err(err("unexpected line inside a device section")),
+            _ if raw.contains('=') => warn(&mut conf, format!("unknown option {key:?} ignored")),
+            _ => warn(&mut conf, "unrecognised line ignored".into()),
+        }
+    }
+    Ok(conf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = "\
+# from dlm.conf(5)
+log_debug=1
+post_join_delay=10   # trailing words are ignored
+protocol=tcp
+
+lockspace foo nodir=1
+master foo node=1 weight=2
+master foo node=2
+
+lockspace bar
+master baz node=3
+enable_fencing=0
+
+node id=3 mark=0x10
+
+device foo fence_foo ipaddr=1.1.1.1 login=x password=y
+connect foo node=1 port=1
+connect foo node=2 port=2
+unfence foo
+
+device bar fence_bar ipaddr=2.2.2.2
+connect bar node=1 port=5
+";
+
+    #[test]
+    fn sections() {
+        let c = parse_conf(EXAMPLE).expect("parses");
+        let opts: Vec<(Opt, Value)> = c.options.iter().map(|(_, o, v)| (*o, v.clone())).collect();
+        assert_eq!(
+            opts,
+            vec![
+                (Opt::LogDebug, Value::Num(1)),
+                (Opt::PostJoinDelay, Value::Num(10)),
+                (Opt::Protocol, Value::Str("tcp".into())),
+                (Opt::EnableFencing, Value::Num(0)),
+            ]
+        );
+        let foo = &c.lockspaces["foo"];
+        assert!(foo.nodir);
+        assert_eq!((foo.weight(1), foo.weight(2), foo.weight(3)), (2, 1, 0));
+        let bar = &c.lockspaces["bar"];
+        assert_eq!((bar.weight(1), bar.weight(7)), (1, 1));
+        assert!(c.warnings.iter().any(|w| w.line == 11), "{:?}", c.warnings);
+        assert_eq!(c.node_marks.get(&3), Some(&16));
+        let n1 = c.fence_methods(1);
+        assert_eq!(n1.len(), 2);
+        assert_eq!(
+            (n1[0].device.as_str(), n1[0].agent.as_str()),
+            ("foo", "fence_foo")
+        );
+        assert_eq!(n1[0].connect_args, vec!["port=1"]);
+        assert!(n1[0].unfence && !n1[1].unfence);
+        assert_eq!(c.fence_methods(2).len(), 1);
+        assert!(c.fence_methods(9).is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = parse_conf("log_debug=1\npost_join_delay=ten\n").expect_err("bad");
+        assert_eq!(e.line, 2);
+        assert!(e.to_string().contains("line 2"), "{e}");
+        assert_eq!(parse_conf("node 3\n").map_err(|e| e.line), Err(1));
+        assert_eq!(
+            parse_conf("\n\nplock_ownership=1\n").map_err(|e| e.line),
+            Err(3)
+        );
+        assert_eq!(
+            parse_conf("device a fa\nconnect b node=1\n").map_err(|e| e.line),
+            Err(2)
+        );
+        assert_eq!(parse_conf("connect a node=1\n").map_err(|e| e.line), Err(1));
+        assert_eq!(
+            parse_conf("device a fa\nconnect a port=1\n").map_err(|e| e.line),
+            Err(2)
+        );
+        assert_eq!(
+            parse_conf("device a fa\nbogus\n").map_err(|e| e.line),
+            Err(2)
+        );
+        assert_eq!(
+            parse_conf("fence_all fa\n\ndevice a fb\n").map_err(|e| e.line),
+            Err(3)
+        );
+        let ok = parse_conf("bogus_key=1\nwhatever\n").expect("ignored lines");
+        assert_eq!(ok.warnings.len(), 2);
+    }
+
+    #[test]
+    fn fence_all_applies_to_every_node() {
+        let c = parse_conf("fence_all fence_x a=1\nunfence_all\n").expect("parses");
+        let m = c.fence_methods(42);
+        assert_eq!(
+            (m[0].device.as_str(), m[0].agent.as_str(), m[0].unfence),
+            ("fence_all", "fence_x", true)
+        );
+    }
+}
