@@ -175,6 +175,20 @@ fn parse_sockaddr(raw: &[u8]) -> Option<SocketAddr> {
     }
 }
 
+/// Shutdown requests received by cfg trampolines, by handle. libcfg has no context
+/// pointer, so this small registry stands in for one: the lock is taken only to push or
+/// take an entry, never while calling into corosync or user code, so it cannot deadlock the
+/// way a lock held across callbacks does.
+static SHUTDOWN_REQUESTS: std::sync::Mutex<Vec<(u64, c_int)>> = std::sync::Mutex::new(Vec::new());
+
+unsafe extern "C" fn shutdown_cb(handle: sys::corosync_cfg_handle_t, flags: c_int) {
+    let _ = catch_unwind(|| {
+        if let Ok(mut q) = SHUTDOWN_REQUESTS.lock() {
+            q.push((handle, flags));
+        }
+    });
+}
+
 /// The cfg service.
 #[derive(Debug)]
 pub struct Cfg {
@@ -182,17 +196,78 @@ pub struct Cfg {
 }
 
 impl Cfg {
-    /// Connects (without a shutdown callback).
+    /// Connects, without shutdown tracking.
     pub fn new() -> Result<Self, CpgError> {
+        Self::init(false)
+    }
+
+    /// Connects and asks corosync to consult us before it shuts down: a request arrives
+    /// through [`Cfg::dispatch`] and [`Cfg::poll_shutdown`], and the daemon answers with
+    /// [`Cfg::reply_shutdown`] (dlm_controld refuses while it has lockspaces).
+    pub fn with_shutdown_tracking() -> Result<Self, CpgError> {
+        Self::init(true)
+    }
+
+    fn init(track: bool) -> Result<Self, CpgError> {
         let callbacks = sys::corosync_cfg_callbacks_t {
-            corosync_cfg_shutdown_callback: None,
+            corosync_cfg_shutdown_callback: if track { Some(shutdown_cb) } else { None },
         };
         let mut handle = 0;
         // SAFETY: valid out-pointer and callbacks.
         check("corosync_cfg_initialize", unsafe {
             sys::corosync_cfg_initialize(&raw mut handle, &raw const callbacks)
         })?;
-        Ok(Self { handle })
+        let cfg = Self { handle };
+        if track {
+            // SAFETY: live handle.
+            check("corosync_cfg_trackstart", unsafe {
+                sys::corosync_cfg_trackstart(handle, 0)
+            })?;
+        }
+        Ok(cfg)
+    }
+
+    /// Readiness fd (libqb's: never close it).
+    pub fn as_raw_fd(&self) -> Result<RawFd, CpgError> {
+        let mut fd: c_int = -1;
+        // SAFETY: live handle, valid out-pointer.
+        check("corosync_cfg_fd_get", unsafe {
+            sys::corosync_cfg_fd_get(self.handle, &raw mut fd)
+        })?;
+        Ok(fd)
+    }
+
+    /// Drains pending callbacks (on a thread with ≥ 2 MiB of stack).
+    pub fn dispatch(&mut self) -> Result<(), CpgError> {
+        // SAFETY: live handle; the callback only records the request.
+        match check("corosync_cfg_dispatch", unsafe {
+            sys::corosync_cfg_dispatch(self.handle, sys::CS_DISPATCH_ALL)
+        }) {
+            Err(CpgError::TryAgain) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// A shutdown request for this handle, if one arrived: `true` when corosync only asks
+    /// (`COROSYNC_CFG_SHUTDOWN_FLAG_REQUEST`) and waits for our answer.
+    pub fn poll_shutdown(&mut self) -> Option<bool> {
+        let mut q = SHUTDOWN_REQUESTS.lock().ok()?;
+        let i = q.iter().position(|(h, _)| *h == self.handle)?;
+        let (_, flags) = q.remove(i);
+        Some(flags == sys::COROSYNC_CFG_SHUTDOWN_FLAG_REQUEST)
+    }
+
+    /// Answers a shutdown request: allow it or refuse it.
+    pub fn reply_shutdown(&self, allow: bool) -> Result<(), CpgError> {
+        let flag = if allow {
+            sys::COROSYNC_CFG_SHUTDOWN_FLAG_YES
+        } else {
+            sys::COROSYNC_CFG_SHUTDOWN_FLAG_NO
+        };
+        // SAFETY: live handle.
+        check("corosync_cfg_replyto_shutdown", unsafe {
+            sys::corosync_cfg_replyto_shutdown(self.handle, flag)
+        })
     }
 
     /// Our node id.

@@ -140,6 +140,13 @@ pub struct corosync_cfg_callbacks_t {
     pub corosync_cfg_shutdown_callback: corosync_cfg_shutdown_callback_t,
 }
 
+/// `COROSYNC_CFG_SHUTDOWN_FLAG_REQUEST`: a polite request that any client may refuse.
+pub const COROSYNC_CFG_SHUTDOWN_FLAG_REQUEST: c_int = 0;
+/// `COROSYNC_CFG_SHUTDOWN_FLAG_NO`
+pub const COROSYNC_CFG_SHUTDOWN_FLAG_NO: c_int = 0;
+/// `COROSYNC_CFG_SHUTDOWN_FLAG_YES`
+pub const COROSYNC_CFG_SHUTDOWN_FLAG_YES: c_int = 1;
+
 /// `sizeof(struct sockaddr_in6)` bytes of address.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -163,6 +170,14 @@ unsafe extern "C" {
         num_addrs: *mut c_int,
         addrs: *mut corosync_cfg_node_address_t,
     ) -> cs_error_t;
+    pub fn corosync_cfg_fd_get(handle: corosync_cfg_handle_t, fd: *mut c_int) -> cs_error_t;
+    pub fn corosync_cfg_dispatch(
+        handle: corosync_cfg_handle_t,
+        flags: cs_dispatch_flags_t,
+    ) -> cs_error_t;
+    pub fn corosync_cfg_trackstart(handle: corosync_cfg_handle_t, flags: u8) -> cs_error_t;
+    pub fn corosync_cfg_replyto_shutdown(handle: corosync_cfg_handle_t, flags: c_int)
+    -> cs_error_t;
     pub fn corosync_cfg_kill_node(
         handle: corosync_cfg_handle_t,
         nodeid: c_uint,

@@ -216,3 +216,53 @@ fn tokio_driven_group() {
     });
     assert_eq!(got, vec![vec![0u8; 10], vec![1; 10], vec![2; 10]]);
 }
+
+/// corosync asks before it shuts down: refused once (it keeps running), allowed the
+/// second time (it exits).
+#[test]
+fn shutdown_request_refused_then_allowed() {
+    let mut cs = Corosync::start("shut");
+    let netns = cs.netns.clone();
+    let mut cfg = cs.run(|| {
+        wait_for(Duration::from_secs(15), || {
+            Cfg::with_shutdown_tracking().ok()
+        })
+        .expect("cfg")
+    });
+    let ask = || {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &netns, "corosync-cfgtool", "-H"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("corosync-cfgtool")
+    };
+    let answer = |cfg: &mut Cfg, allow: bool| {
+        let polite = wait_for(Duration::from_secs(10), || {
+            cfg.dispatch().ok()?;
+            cfg.poll_shutdown()
+        })
+        .expect("shutdown request");
+        assert!(polite, "corosync-cfgtool -H asks politely");
+        cfg.reply_shutdown(allow).expect("reply");
+    };
+    let mut tool = ask();
+    answer(&mut cfg, false);
+    // corosync-cfgtool exits 0 either way; what matters is whether corosync goes away
+    tool.wait().expect("cfgtool exit");
+    assert!(
+        wait_for(Duration::from_secs(2), || cfg.dispatch().err()).is_none(),
+        "corosync shut down although we refused"
+    );
+    assert_eq!(cfg.local_nodeid().expect("corosync still answers"), 1);
+    let mut tool = ask();
+    answer(&mut cfg, true);
+    assert!(tool.wait().expect("cfgtool exit").success());
+    let gone = wait_for(Duration::from_secs(10), || cfg.dispatch().err());
+    assert!(
+        gone.is_some(),
+        "corosync still running after an allowed shutdown"
+    );
+    drop(cfg);
+    cs.kill();
+}

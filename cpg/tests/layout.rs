@@ -124,6 +124,18 @@ fn rust_rows() -> BTreeSet<String> {
         ("CS_DISPATCH_ONE_NONBLOCKING", CS_DISPATCH_ONE_NONBLOCKING),
         ("CPG_TYPE_AGREED", CPG_TYPE_AGREED),
         ("CPG_MODEL_V1", CPG_MODEL_V1),
+        (
+            "COROSYNC_CFG_SHUTDOWN_FLAG_REQUEST",
+            COROSYNC_CFG_SHUTDOWN_FLAG_REQUEST,
+        ),
+        (
+            "COROSYNC_CFG_SHUTDOWN_FLAG_NO",
+            COROSYNC_CFG_SHUTDOWN_FLAG_NO,
+        ),
+        (
+            "COROSYNC_CFG_SHUTDOWN_FLAG_YES",
+            COROSYNC_CFG_SHUTDOWN_FLAG_YES,
+        ),
     ] {
         c(&mut r, n, i64::from(v));
     }
