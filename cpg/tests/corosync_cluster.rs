@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use dlm_cpg::{CorosyncGroup, Event, Group, Member, Quorum, Reason};
+use dlm_cpg::{Cfg, CorosyncGroup, Event, Group, Member, Quorum, Reason};
 use support::{Cluster, wait_for};
 
 const NAME: &[u8] = b"dlm:ls:cluster\0";
@@ -204,5 +204,15 @@ fn three_nodes_order_failures_partition_merge() {
     back.sort_unstable();
     assert_eq!(back, vec![(1, Reason::NodeUp), (2, Reason::NodeUp)]);
     assert!(quorate_eventually(&mut q3, true));
-    drop((g1, g2, g3, q1, q3));
+
+    // cfg kill_node (dlm_controld's answer to a stateful merge): node 2's corosync goes
+    let cfg1 = c.run(1, || Cfg::new().expect("cfg"));
+    cfg1.kill_node(2, "dlm-cpg test").expect("kill_node");
+    assert!(
+        c.exits_within(2, Duration::from_secs(20)),
+        "node 2's corosync survived kill_node"
+    );
+    let (members, left, _) = next_confchg(&mut g1, &mut seen[1]).expect("after kill_node");
+    assert_eq!((members.len(), left[0].nodeid), (2, 2));
+    drop((g1, g2, g3, q1, q3, cfg1));
 }

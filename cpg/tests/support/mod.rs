@@ -301,6 +301,18 @@ impl Cluster {
         }
     }
 
+    /// Whether node k's corosync exits within `limit`.
+    pub fn exits_within(&mut self, k: usize, limit: Duration) -> bool {
+        let Some(child) = self.children[k].as_mut() else {
+            return true;
+        };
+        let exited = wait_for(limit, || child.try_wait().ok().flatten()).is_some();
+        if exited {
+            self.children[k] = None;
+        }
+        exited
+    }
+
     /// Cuts (`false`) or restores (`true`) node k's link at the bridge.
     pub fn link(&self, k: usize, up: bool) {
         must(
