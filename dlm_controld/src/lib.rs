@@ -1,4 +1,6 @@
-//! The dlm_controld daemon's library: configuration today; the kernel seam, lockspace
-//! lifecycle, daemon protocol and plock path arrive with their issues.
+//! The dlm_controld daemon's library: configuration and the lockspace membership machine
+//! today; the kernel seam, daemon protocol, fencing and the plock path arrive with their
+//! issues.
 
 pub mod config;
+pub mod membership;

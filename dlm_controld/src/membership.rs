@@ -1,0 +1,641 @@
+//! The lockspace membership machine of cpg.c ("changes" and START barriers), sans I/O.
+//!
+//! Every CPG membership change of a lockspace's group becomes a *change*: the kernel
+//! lockspace is stopped at once; when the change's conditions hold (ring ids agree, quorum,
+//! fencing of failed nodes done) each member multicasts START for it; when STARTs from every
+//! member have been matched, the kernel is started with the change's members and every
+//! older pending change is folded into it. Decisions and messages are the C daemon's so C
+//! and Rust nodes can run one lockspace (daemon-spec §2.6, §2.8).
+//!
+//! Inputs: [`Membership::handle_confchg`], [`Membership::handle_totem`],
+//! [`Membership::handle_start`], and [`Membership::poll`] (the once-a-second retry of a
+//! waiting change). Each returns the [`Effect`]s to perform, in order. The environment
+//! (time, quorum, fencing) comes in as an [`Env`].
+
+use std::collections::BTreeMap;
+
+use dlm_proto::query::WaitCondition;
+use dlm_proto::wire::{Change as StartBody, HeaderFlags};
+
+/// What the daemon must do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Write `control` = 0 (`stop_kernel`).
+    StopKernel,
+    /// Drop the plocks of a node that left or failed (`purge_plocks`).
+    PurgePlocks(u32),
+    /// A member's daemon died while its corosync lives: ask corosync to kill that node.
+    KickNode(u32),
+    /// Multicast START (or a NACK for an older identical change) for change `seq`.
+    SendStart {
+        /// Change sequence (`msgdata`).
+        seq: u32,
+        /// `DLM_MFLG_*` (JOINING, HAVEPLOCK, NACK).
+        flags: u32,
+        /// The `ls_info` + member ids body.
+        body: StartBody,
+    },
+    /// `start_kernel`: write `id` (when joining), configfs members (renewing `renew`),
+    /// `control` = 1, then `event_done` = 0 when joining.
+    StartKernel {
+        /// Change sequence started.
+        seq: u32,
+        /// Write the global id first (first start of a join).
+        write_id: bool,
+        /// Members, in CPG order.
+        members: Vec<u32>,
+        /// Members that left and came back since the last start: recreate their dirs.
+        renew: Vec<u32>,
+        /// Write `event_done` = 0 (the join completes).
+        event_done: bool,
+    },
+    /// After the kernel start, plock state: who is the data node and whether nodes joined
+    /// (`prepare_plocks`; acted on by the plock path).
+    Started {
+        /// Lowest member whose START said it has plock state, 0 if none; us when alone.
+        plock_data_node: u32,
+        /// A pending change folded into this start added nodes.
+        nodes_added: bool,
+        /// We still need plock state (a joiner).
+        need_plocks: bool,
+    },
+    /// Our own leave completed: stop, remove configfs members, `event_done` = 0, and
+    /// forget the lockspace.
+    Left,
+}
+
+/// The world around one lockspace at one moment.
+#[derive(Debug, Clone, Copy)]
+pub struct Env<'a> {
+    /// Monotonic seconds.
+    pub now: u64,
+    /// Ring sequence of the quorum service.
+    pub cluster_ring_seq: u64,
+    /// The cluster is quorate.
+    pub quorate: bool,
+    /// `enable_quorum_lockspace`.
+    pub quorum_required: bool,
+    /// `enable_fencing`.
+    pub fencing_enabled: bool,
+    /// Fencing facts from the daemon level.
+    pub fencing: &'a dyn FenceView,
+}
+
+/// What the daemon knows about fencing and cluster membership.
+pub trait FenceView: std::fmt::Debug {
+    /// Monotonic time the node was last fenced (or acknowledged), if ever.
+    fn fence_time(&self, nodeid: u32) -> Option<u64>;
+    /// Some fencing is still in progress anywhere (`fence_in_progress`).
+    fn in_progress(&self) -> bool;
+    /// Monotonic time the node joined the cluster (quorum callback).
+    fn cluster_add_time(&self, nodeid: u32) -> u64;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Memb {
+    nodeid: u32,
+    start: bool,
+    added: bool,
+    failed: bool,
+    disallowed: bool,
+    start_flags: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Copy)]
+enum State {
+    WaitConditions,
+    WaitMessages,
+}
+
+#[derive(Debug, Clone)]
+struct Change {
+    seq: u32,
+    member_count: i32,
+    joined_count: i32,
+    remove_count: i32,
+    failed_count: i32,
+    members: Vec<Memb>,
+    removed: Vec<Memb>,
+    state: State,
+    create_time: u64,
+    combined_seq: u32,
+}
+
+impl Change {
+    fn memb(&self, nodeid: u32) -> Option<&Memb> {
+        self.members.iter().find(|m| m.nodeid == nodeid)
+    }
+
+    fn memb_mut(&mut self, nodeid: u32) -> Option<&mut Memb> {
+        self.members.iter_mut().find(|m| m.nodeid == nodeid)
+    }
+}
+
+/// Per-node history of the lockspace (`struct node`).
+#[derive(Debug, Clone, Default)]
+pub struct NodeHistory {
+    /// Member now.
+    pub member: bool,
+    /// Change seq it was added in.
+    pub add_seq: u32,
+    /// Change seq it was removed in.
+    pub rem_seq: u32,
+    /// Monotonic time of its last accepted START (0: none).
+    pub start_time: u64,
+    /// It failed after starting and must be fenced before we start again.
+    pub need_fencing: bool,
+    /// Monotonic time it failed.
+    pub fail_monotime: u64,
+    /// CPG reason it left with.
+    pub fail_reason: u32,
+    last_match_seq: u32,
+}
+
+/// One lockspace's membership state, on node `our_nodeid`.
+#[derive(Debug, Clone)]
+pub struct Membership {
+    our: u32,
+    /// Pending changes, oldest first (C keeps newest first).
+    changes: Vec<Change>,
+    started: Option<Change>,
+    started_count: u32,
+    change_seq: u32,
+    history: BTreeMap<u32, NodeHistory>,
+    kernel_stopped: bool,
+    joining: bool,
+    leaving: bool,
+    need_plocks: bool,
+    cpg_ring_seq: u64,
+    ring_wait: bool,
+    wait: WaitCondition,
+}
+
+const NODEDOWN: u32 = 3;
+const PROCDOWN: u32 = 5;
+
+impl Membership {
+    /// A lockspace we are joining (`dlm_join_lockspace`): kernel stopped, joining.
+    pub fn joining(our_nodeid: u32) -> Self {
+        Self {
+            our: our_nodeid,
+            changes: Vec::new(),
+            started: None,
+            started_count: 0,
+            change_seq: 0,
+            history: BTreeMap::new(),
+            kernel_stopped: true,
+            joining: true,
+            leaving: false,
+            need_plocks: true,
+            cpg_ring_seq: 0,
+            ring_wait: false,
+            wait: WaitCondition::None,
+        }
+    }
+
+    /// We asked to leave (`dlm_leave_lockspace`); the leave completes at our confchg.
+    pub fn leave(&mut self) {
+        self.leaving = true;
+    }
+
+    /// What the newest pending change waits for (`wait_debug`).
+    pub fn wait_condition(&self) -> WaitCondition {
+        self.wait
+    }
+
+    /// Members of the started change, in CPG order.
+    pub fn started_members(&self) -> Vec<u32> {
+        self.started
+            .as_ref()
+            .map(|c| c.members.iter().map(|m| m.nodeid).collect())
+            .unwrap_or_default()
+    }
+
+    /// Number of kernel starts (`started_count`).
+    pub fn started_count(&self) -> u32 {
+        self.started_count
+    }
+
+    /// Pending changes.
+    pub fn pending(&self) -> usize {
+        self.changes.len()
+    }
+
+    /// The kernel lockspace is stopped.
+    pub fn kernel_stopped(&self) -> bool {
+        self.kernel_stopped
+    }
+
+    /// Node history (queries, fencing).
+    pub fn history(&self) -> &BTreeMap<u32, NodeHistory> {
+        &self.history
+    }
+
+    /// The plock transfer finished (or was not needed): HAVEPLOCK from now on.
+    pub fn plocks_ready(&mut self) {
+        self.need_plocks = false;
+    }
+
+    /// `confchg_cb`: a membership change of the lockspace group. `members`, `left` and
+    /// `joined` are (nodeid, CPG reason) in CPG order.
+    pub fn handle_confchg(
+        &mut self,
+        env: &Env<'_>,
+        members: &[u32],
+        left: &[(u32, u32)],
+        joined: &[u32],
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        if self.leaving && left.iter().any(|(n, _)| *n == self.our) {
+            // our own leave: the final callback
+            if !self.kernel_stopped {
+                fx.push(Effect::StopKernel);
+                self.kernel_stopped = true;
+            }
+            fx.push(Effect::Left);
+            return fx;
+        }
+        // add_change
+        self.change_seq = self.change_seq.wrapping_add(1);
+        if self.change_seq == 0 {
+            self.change_seq = 1;
+        }
+        let mut cg = Change {
+            seq: self.change_seq,
+            member_count: i32::try_from(members.len()).unwrap_or(i32::MAX),
+            joined_count: i32::try_from(joined.len()).unwrap_or(i32::MAX),
+            remove_count: i32::try_from(left.len()).unwrap_or(i32::MAX),
+            failed_count: 0,
+            members: members
+                .iter()
+                .map(|&nodeid| Memb {
+                    nodeid,
+                    ..Memb::default()
+                })
+                .collect(),
+            removed: Vec::new(),
+            state: State::WaitConditions,
+            create_time: env.now,
+            combined_seq: 0,
+        };
+        for &(nodeid, reason) in left {
+            let failed = reason == NODEDOWN || reason == PROCDOWN;
+            if failed {
+                cg.failed_count += 1;
+            }
+            if reason == NODEDOWN {
+                self.ring_wait = true;
+            }
+            cg.removed.push(Memb {
+                nodeid,
+                failed,
+                ..Memb::default()
+            });
+            if let Some(h) = self.history.get_mut(&nodeid) {
+                h.member = false;
+                h.rem_seq = cg.seq;
+                if failed {
+                    if env.fencing_enabled && h.start_time != 0 {
+                        h.need_fencing = true;
+                    }
+                    h.fail_monotime = env.now;
+                    h.fail_reason = reason;
+                } else {
+                    h.start_time = 0;
+                }
+            }
+            if reason == PROCDOWN {
+                fx.push(Effect::KickNode(nodeid));
+            }
+        }
+        let mut we_joined = false;
+        for &nodeid in joined {
+            if let Some(m) = cg.memb_mut(nodeid) {
+                m.added = true;
+            }
+            if nodeid == self.our {
+                we_joined = true;
+            } else {
+                self.history_add(nodeid, cg.seq);
+            }
+        }
+        if we_joined {
+            for &nodeid in members {
+                self.history_add(nodeid, cg.seq);
+            }
+        }
+        let removed: Vec<u32> = cg.removed.iter().map(|m| m.nodeid).collect();
+        self.changes.push(cg);
+        // stop_kernel, then purge the plocks of every removed node, then apply
+        if !self.kernel_stopped {
+            fx.push(Effect::StopKernel);
+            self.kernel_stopped = true;
+        }
+        fx.extend(removed.into_iter().map(Effect::PurgePlocks));
+        self.apply_changes(env, &mut fx);
+        fx
+    }
+
+    fn history_add(&mut self, nodeid: u32, seq: u32) {
+        let h = self.history.entry(nodeid).or_default();
+        h.add_seq = seq;
+        h.member = true;
+    }
+
+    /// `totem_cb`: the group's ring changed.
+    pub fn handle_totem(&mut self, env: &Env<'_>, ring_seq: u64) -> Vec<Effect> {
+        self.cpg_ring_seq = ring_seq;
+        self.ring_wait = false;
+        let mut fx = Vec::new();
+        self.apply_changes(env, &mut fx);
+        fx
+    }
+
+    /// A condition may have changed (quorum, fencing): retry the waiting change.
+    pub fn poll(&mut self, env: &Env<'_>) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.apply_changes(env, &mut fx);
+        fx
+    }
+
+    /// `receive_start`: a START (or NACK) from `from` for its change `seq`.
+    pub fn handle_start(
+        &mut self,
+        env: &Env<'_>,
+        from: u32,
+        flags: u32,
+        seq: u32,
+        body: &StartBody,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let _ = seq;
+        if let Some(i) = self.find_change(env, from, flags, body) {
+            let added = self
+                .changes
+                .iter()
+                .any(|c| c.memb(from).is_some_and(|m| m.added));
+            let ours = self.started_count;
+            let cg = &mut self.changes[i];
+            if let Some(m) = cg.memb_mut(from) {
+                m.start_flags = flags;
+                if added && body.started_count != 0 && ours != 0 {
+                    // a node that ran the lockspace elsewhere: a merged partition
+                    m.disallowed = true;
+                } else if flags & HeaderFlags::NACK == 0 {
+                    m.start = true;
+                    if let Some(h) = self.history.get_mut(&from) {
+                        h.start_time = env.now.max(1);
+                    }
+                }
+            }
+        }
+        self.apply_changes(env, &mut fx);
+        fx
+    }
+
+    /// `find_change`: the oldest pending change the message matches.
+    fn find_change(
+        &mut self,
+        env: &Env<'_>,
+        from: u32,
+        flags: u32,
+        body: &StartBody,
+    ) -> Option<usize> {
+        let change_seq = self.change_seq;
+        for i in 0..self.changes.len() {
+            let cg = &self.changes[i];
+            if !body
+                .members
+                .iter()
+                .any(|&m| u32::try_from(m).ok() == Some(self.our))
+            {
+                return None; // we are not in its members: a change from before our join
+            }
+            let Some(memb) = cg.memb(from) else { continue };
+            if memb.start_flags & HeaderFlags::NACK != 0 {
+                continue;
+            }
+            if memb.start && flags & HeaderFlags::NACK == 0 {
+                continue;
+            }
+            let Some(node) = self.history.get(&from) else {
+                continue;
+            };
+            if env.fencing.cluster_add_time(from) > cg.create_time && flags & HeaderFlags::NACK == 0
+            {
+                continue;
+            }
+            if node.last_match_seq > cg.seq {
+                continue;
+            }
+            if body.member_count != cg.member_count
+                || body.joined_count != cg.joined_count
+                || body.remove_count != cg.remove_count
+                || body.failed_count != cg.failed_count
+            {
+                continue;
+            }
+            if !body
+                .members
+                .iter()
+                .all(|&m| u32::try_from(m).is_ok_and(|m| cg.memb(m).is_some()))
+            {
+                continue;
+            }
+            if cg.seq == 1 && change_seq == 1 && flags & HeaderFlags::NACK != 0 {
+                continue;
+            }
+            let seq = cg.seq;
+            if let Some(n) = self.history.get_mut(&from) {
+                n.last_match_seq = seq;
+            }
+            return Some(i);
+        }
+        None
+    }
+
+    fn check_fencing_done(&mut self, env: &Env<'_>) -> bool {
+        if !env.fencing_enabled {
+            return true;
+        }
+        let mut waiting = false;
+        for (&nodeid, h) in &mut self.history {
+            if !h.need_fencing {
+                continue;
+            }
+            match env.fencing.fence_time(nodeid) {
+                Some(t) if t >= h.fail_monotime => {
+                    h.need_fencing = false;
+                    h.start_time = 0;
+                }
+                _ => waiting = true,
+            }
+        }
+        !waiting && !env.fencing.in_progress()
+    }
+
+    fn wait_conditions_done(&mut self, env: &Env<'_>) -> bool {
+        if self.ring_wait || env.cluster_ring_seq != self.cpg_ring_seq {
+            self.wait = WaitCondition::Ringid;
+            return false;
+        }
+        if env.quorum_required && !env.quorate {
+            self.wait = WaitCondition::Quorum;
+            return false;
+        }
+        if !self.check_fencing_done(env) {
+            self.wait = WaitCondition::Fencing;
+            return false;
+        }
+        self.wait = WaitCondition::None;
+        true
+    }
+
+    fn body(&self, cg: &Change) -> StartBody {
+        StartBody {
+            started_count: self.started_count,
+            member_count: cg.member_count,
+            joined_count: cg.joined_count,
+            remove_count: cg.remove_count,
+            failed_count: cg.failed_count,
+            members: cg
+                .members
+                .iter()
+                .map(|m| i32::try_from(m.nodeid).unwrap_or(0))
+                .collect(),
+        }
+    }
+
+    /// `apply_changes` on the newest pending change.
+    fn apply_changes(&mut self, env: &Env<'_>, fx: &mut Vec<Effect>) {
+        let Some(newest) = self.changes.len().checked_sub(1) else {
+            return;
+        };
+        match self.changes[newest].state {
+            State::WaitConditions => {
+                if !self.wait_conditions_done(env) {
+                    return;
+                }
+                // send_nacks: older pending changes identical to this one
+                let start = &self.changes[newest];
+                for old in &self.changes[..newest] {
+                    let same = old.member_count == start.member_count
+                        && old.joined_count == start.joined_count
+                        && old.remove_count == start.remove_count
+                        && old.failed_count == start.failed_count
+                        && old.members.iter().all(|m| start.memb(m.nodeid).is_some());
+                    if same {
+                        fx.push(Effect::SendStart {
+                            seq: old.seq,
+                            flags: HeaderFlags::NACK | self.start_flags(),
+                            body: self.body(old),
+                        });
+                    }
+                }
+                fx.push(Effect::SendStart {
+                    seq: start.seq,
+                    flags: self.start_flags(),
+                    body: self.body(start),
+                });
+                self.changes[newest].state = State::WaitMessages;
+            }
+            State::WaitMessages => {
+                let need = self.changes[newest]
+                    .members
+                    .iter()
+                    .filter(|m| !m.start)
+                    .count();
+                if need > 0 {
+                    self.wait = WaitCondition::Other(i32::try_from(need).unwrap_or(i32::MAX));
+                    return;
+                }
+                self.wait = WaitCondition::None;
+                self.start_kernel(fx);
+                self.prepare_plocks(fx);
+                self.cleanup_changes();
+            }
+        }
+    }
+
+    fn start_flags(&self) -> u32 {
+        let mut f = 0;
+        if self.joining {
+            f |= HeaderFlags::JOINING;
+        }
+        if !self.need_plocks {
+            f |= HeaderFlags::HAVEPLOCK;
+        }
+        f
+    }
+
+    /// `start_kernel`
+    fn start_kernel(&mut self, fx: &mut Vec<Effect>) {
+        if !self.kernel_stopped {
+            return;
+        }
+        let Some((start, older)) = self.changes.split_last() else {
+            return;
+        };
+        let members: Vec<u32> = start.members.iter().map(|m| m.nodeid).collect();
+        let renew: Vec<u32> = members
+            .iter()
+            .copied()
+            .filter(|n| {
+                older
+                    .iter()
+                    .any(|c| c.removed.iter().any(|r| r.nodeid == *n))
+            })
+            .collect();
+        fx.push(Effect::StartKernel {
+            seq: start.seq,
+            write_id: self.joining,
+            members,
+            renew,
+            event_done: self.joining,
+        });
+        self.kernel_stopped = false;
+        self.joining = false;
+    }
+
+    /// `prepare_plocks` (the decision; the transfer itself belongs to the plock path)
+    fn prepare_plocks(&mut self, fx: &mut Vec<Effect>) {
+        let Some(start) = self.changes.last() else {
+            return;
+        };
+        let nodes_added = self.changes.iter().any(|c| c.joined_count > 0);
+        let data_node = if start.member_count == 1 {
+            self.need_plocks = false;
+            self.our
+        } else {
+            start
+                .members
+                .iter()
+                .filter(|m| m.start_flags & HeaderFlags::HAVEPLOCK != 0)
+                .map(|m| m.nodeid)
+                .min()
+                .unwrap_or(0)
+        };
+        if data_node == 0 {
+            self.need_plocks = false;
+        }
+        fx.push(Effect::Started {
+            plock_data_node: data_node,
+            nodes_added,
+            need_plocks: self.need_plocks,
+        });
+    }
+
+    /// `cleanup_changes`: the newest change becomes the started one; older ones fold in.
+    fn cleanup_changes(&mut self) {
+        let Some(mut start) = self.changes.pop() else {
+            return;
+        };
+        self.started_count = self.started_count.wrapping_add(1);
+        if self.started_count == 0 {
+            self.started_count = 1;
+        }
+        start.combined_seq = self.changes.first().map_or(start.seq, |c| c.seq);
+        self.changes.clear();
+        self.started = Some(start);
+    }
+}
