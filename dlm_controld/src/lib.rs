@@ -3,4 +3,5 @@
 //! issues.
 
 pub mod config;
+pub mod daemon_proto;
 pub mod membership;
