@@ -4,4 +4,5 @@
 
 pub mod config;
 pub mod daemon_proto;
+pub mod kernel;
 pub mod membership;

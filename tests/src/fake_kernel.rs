@@ -1,0 +1,409 @@
+//! A fake DLM kernel under a root directory, for the daemon's `--kernel-root`.
+//!
+//! It provides what the real kernel provides: the configfs parent
+//! `sys/kernel/config/dlm`, the sysfs directory of each lockspace it announces
+//! (`sys/kernel/dlm/<ls>/{control,event_done,id,nodir}`), the misc devices
+//! `dev/misc/{dlm_plock,dlm-monitor,dlm-control}` as `SOCK_SEQPACKET` sockets, and
+//! uevents on `run/dlm_controld/uevent.sock`. It records every mkdir, rmdir and write the
+//! daemon makes under configfs and sysfs, with the exact bytes, through inotify (the daemon
+//! appends on a fake root, so consecutive writes to one file stay distinct).
+//!
+//! Limitation: a file created and written in a directory before inotify watches that
+//! directory is read when the watch is added, so its record may come slightly out of order
+//! with records of other directories.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::{PlockInfo, Uevent, UeventAction};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use nix::sys::socket::{
+    AddressFamily, Backlog, MsgFlags, SockFlag, SockType, UnixAddr, accept, bind, listen, recv,
+    send, socket,
+};
+
+/// One observed kernel-interface operation, with paths relative to the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// mkdir.
+    Mkdir(String),
+    /// rmdir.
+    Rmdir(String),
+    /// One write: path and exact bytes.
+    Write(String, Vec<u8>),
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    records: Mutex<Vec<Record>>,
+    changed: Condvar,
+    conns: Mutex<BTreeMap<&'static str, OwnedFd>>,
+    monitor_open: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn push(&self, r: Record) {
+        if let Ok(mut v) = self.records.lock() {
+            v.push(r);
+        }
+        self.changed.notify_all();
+    }
+}
+
+/// The fake kernel; dropping it stops its threads and removes what it created.
+#[derive(Debug)]
+pub struct FakeKernel {
+    root: PathBuf,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+const DEVICES: [(&str, &str); 4] = [
+    ("plock", "dev/misc/dlm_plock"),
+    ("monitor", "dev/misc/dlm-monitor"),
+    ("control", "dev/misc/dlm-control"),
+    ("uevent", "run/dlm_controld/uevent.sock"),
+];
+
+fn listener(path: &Path) -> io::Result<OwnedFd> {
+    let _ = fs::remove_file(path);
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    listen(&fd, Backlog::new(4).map_err(io::Error::from)?)?;
+    Ok(fd)
+}
+
+fn readable(fd: &impl AsFd, ms: u16) -> bool {
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+}
+
+impl FakeKernel {
+    /// Creates the tree under `root` (made if missing) and starts serving.
+    pub fn start(root: &Path) -> io::Result<Self> {
+        for d in [
+            "sys/kernel/config/dlm",
+            "sys/kernel/dlm",
+            "dev/misc",
+            "run/dlm_controld",
+        ] {
+            fs::create_dir_all(root.join(d))?;
+        }
+        let shared = Arc::new(Shared::default());
+        let mut threads = Vec::new();
+        for (name, rel) in DEVICES {
+            let fd = listener(&root.join(rel))?;
+            let sh = shared.clone();
+            threads.push(thread::spawn(move || accept_loop(name, &fd, &sh)));
+        }
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC).map_err(io::Error::from)?;
+        // the first watches exist before start returns, so no daemon mkdir is missed
+        let mut w = Watcher {
+            root: root.to_path_buf(),
+            inotify,
+            dirs: BTreeMap::new(),
+            offsets: BTreeMap::new(),
+            sh: shared.clone(),
+        };
+        for d in ["sys/kernel/config/dlm", "sys/kernel/dlm"] {
+            let p = root.join(d);
+            w.watch(&p, false);
+        }
+        threads.push(thread::spawn(move || watch_loop(w)));
+        Ok(Self {
+            root: root.to_path_buf(),
+            shared,
+            threads,
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Every record so far.
+    pub fn records(&self) -> Vec<Record> {
+        self.shared
+            .records
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits until `pred` holds for the records (or `limit` passes); whether it held.
+    pub fn wait_records(&self, limit: Duration, pred: impl Fn(&[Record]) -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        let Ok(mut guard) = self.shared.records.lock() else {
+            return false;
+        };
+        loop {
+            if pred(&guard) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match self
+                .shared
+                .changed
+                .wait_timeout(guard, left.min(Duration::from_millis(50)))
+            {
+                Ok((g, _)) => guard = g,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    fn conn_send(&self, name: &'static str, bytes: &[u8], limit: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(conns) = self.shared.conns.lock() {
+                if let Some(fd) = conns.get(name) {
+                    send(fd.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL)?;
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!("no daemon on {name}"),
+                ));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until a daemon listens for uevents.
+    pub fn wait_daemon(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self
+                .shared
+                .conns
+                .lock()
+                .is_ok_and(|c| c.contains_key("uevent"))
+            {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// A process calls `dlm_new_lockspace(name)`: the sysfs directory appears, then the
+    /// `online@` uevent goes to the daemon if one listens (like netlink, nobody listening
+    /// means nobody hears it). Returns whether a daemon got it.
+    pub fn announce(&self, name: &str) -> io::Result<bool> {
+        let dir = self.root.join("sys/kernel/dlm").join(name);
+        fs::create_dir_all(&dir)?;
+        for attr in ["control", "event_done", "id", "nodir"] {
+            fs::write(dir.join(attr), b"")?;
+        }
+        let ev = Uevent {
+            action: UeventAction::Online,
+            lockspace: LockspaceName::new(name.as_bytes())
+                .map_err(|e| io::Error::other(e.to_string()))?,
+            seqnum: Some(1),
+        };
+        match self.conn_send("uevent", &ev.encode(), Duration::ZERO) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends a raw uevent (for bad-input tests).
+    pub fn send_uevent(&self, bytes: &[u8]) -> io::Result<()> {
+        self.conn_send("uevent", bytes, Duration::from_secs(10))
+    }
+
+    /// The kernel queues a plock request for the daemon (one packet = one read()).
+    pub fn send_plock(&self, info: &PlockInfo) -> io::Result<()> {
+        self.conn_send("plock", &info.encode(), Duration::from_secs(10))
+    }
+
+    /// Sends raw bytes on the plock device (for bad-input tests).
+    pub fn send_plock_raw(&self, bytes: &[u8]) -> io::Result<()> {
+        self.conn_send("plock", bytes, Duration::from_secs(10))
+    }
+
+    /// The next reply the daemon wrote to the plock device, raw.
+    pub fn recv_plock_raw(&self, limit: Duration) -> Option<Vec<u8>> {
+        let fd = self
+            .shared
+            .conns
+            .lock()
+            .ok()?
+            .get("plock")?
+            .try_clone()
+            .ok()?;
+        if !readable(&fd, u16::try_from(limit.as_millis()).unwrap_or(u16::MAX)) {
+            return None;
+        }
+        let mut buf = vec![0u8; 256];
+        let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).ok()?;
+        buf.truncate(n);
+        Some(buf)
+    }
+
+    /// Whether a daemon holds the monitor device open ("daemon available").
+    pub fn monitor_open(&self) -> bool {
+        self.shared.monitor_open.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FakeKernel {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        for (_, rel) in DEVICES {
+            let _ = fs::remove_file(self.root.join(rel));
+        }
+    }
+}
+
+fn accept_loop(name: &'static str, listener: &OwnedFd, sh: &Shared) {
+    let mut monitor: Option<OwnedFd> = None;
+    while !sh.stop.load(Ordering::SeqCst) {
+        if let Some(m) = monitor.as_ref() {
+            // the monitor is "open" until the daemon's end closes
+            if readable(m, 0) {
+                let mut b = [0u8; 16];
+                if matches!(
+                    recv(m.as_raw_fd(), &mut b, MsgFlags::MSG_DONTWAIT),
+                    Ok(0) | Err(_)
+                ) {
+                    monitor = None;
+                    sh.monitor_open.store(false, Ordering::SeqCst);
+                }
+            }
+        }
+        if !readable(listener, 50) {
+            continue;
+        }
+        let Ok(raw) = accept(listener.as_raw_fd()) else {
+            continue;
+        };
+        // SAFETY: accept returned a new descriptor that nothing else owns.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        if name == "monitor" {
+            monitor = Some(fd);
+            sh.monitor_open.store(true, Ordering::SeqCst);
+        } else if let Ok(mut conns) = sh.conns.lock() {
+            conns.insert(name, fd);
+        }
+    }
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root)
+        .unwrap_or(p)
+        .to_string_lossy()
+        .into_owned()
+}
+
+struct Watcher {
+    root: PathBuf,
+    inotify: Inotify,
+    dirs: BTreeMap<WatchDescriptor, PathBuf>,
+    offsets: BTreeMap<PathBuf, usize>,
+    sh: Arc<Shared>,
+}
+
+impl Watcher {
+    fn watch(&mut self, dir: &Path, announce: bool) {
+        let flags = AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_ONLYDIR;
+        let Ok(wd) = self.inotify.add_watch(dir, flags) else {
+            return;
+        };
+        self.dirs.insert(wd, dir.to_path_buf());
+        if announce {
+            self.sh.push(Record::Mkdir(rel(&self.root, dir)));
+        }
+        // catch up with what was made before the watch existed
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(fs::DirEntry::file_name);
+        for e in entries {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if !self.dirs.values().any(|d| d == &p) {
+                    self.watch(&p, announce);
+                }
+            } else {
+                self.read_new(&p);
+            }
+        }
+    }
+
+    fn read_new(&mut self, p: &Path) {
+        let Ok(bytes) = fs::read(p) else { return };
+        let off = self.offsets.get(p).copied().unwrap_or(0).min(bytes.len());
+        if bytes.len() > off {
+            self.offsets.insert(p.to_path_buf(), bytes.len());
+            self.sh
+                .push(Record::Write(rel(&self.root, p), bytes[off..].to_vec()));
+        }
+    }
+}
+
+fn watch_loop(mut w: Watcher) {
+    let root = w.root.clone();
+    let sh = w.sh.clone();
+    // the lockspace directories the fake kernel itself makes are not daemon mkdirs
+    while !sh.stop.load(Ordering::SeqCst) {
+        if !readable(&w.inotify, 50) {
+            continue;
+        }
+        let Ok(events) = w.inotify.read_events() else {
+            continue;
+        };
+        for ev in events {
+            let Some(dir) = w.dirs.get(&ev.wd).cloned() else {
+                continue;
+            };
+            let Some(name) = ev.name.as_ref() else {
+                continue;
+            };
+            let p = dir.join(name);
+            let is_dir = ev.mask.contains(AddWatchFlags::IN_ISDIR);
+            let configfs = p.starts_with(root.join("sys/kernel/config"));
+            if ev.mask.contains(AddWatchFlags::IN_CREATE) && is_dir {
+                w.watch(&p, configfs);
+            } else if ev.mask.contains(AddWatchFlags::IN_DELETE) && is_dir {
+                if configfs {
+                    sh.push(Record::Rmdir(rel(&root, &p)));
+                }
+                w.dirs.retain(|_, d| !d.starts_with(&p));
+            } else if ev.mask.contains(AddWatchFlags::IN_DELETE) {
+                w.offsets.remove(&p);
+            } else if ev.mask.contains(AddWatchFlags::IN_CLOSE_WRITE) {
+                w.read_new(&p);
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The daemon's kernel seam against the fake kernel: configfs and sysfs operations land
+//! with the exact bytes the C daemon writes (daemon-spec §2.2, §2.4); the plock device
+//! carries one record per packet both ways; uevents arrive and parse; the monitor device
+//! counts as "daemon available" only while it is open.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dlm_controld::kernel::KernelRoot;
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp, Uevent, UeventAction};
+use dlm_tests::{FakeKernel, Record};
+
+fn root(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dlm-seam-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn configfs_and_sysfs_bytes() {
+    let dir = root("fs");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let seam = KernelRoot::new(&dir);
+    assert!(!seam.is_real());
+    // setup_configfs_options / add_configfs_node for 127.0.0.1, node 1, local
+    seam.configfs_mkdir("").expect("cluster");
+    seam.configfs_write("mark", b"0").expect("mark");
+    seam.configfs_write("recover_callbacks", b"1")
+        .expect("recover_callbacks");
+    seam.configfs_write("cluster_name", b"dlmtest")
+        .expect("cluster_name");
+    seam.configfs_mkdir("comms").expect("comms");
+    seam.configfs_mkdir("comms/1").expect("comms/1");
+    seam.configfs_write("comms/1/nodeid", b"1").expect("nodeid");
+    let mut addr = [0u8; 128];
+    addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]);
+    seam.configfs_write("comms/1/addr", &addr).expect("addr");
+    seam.configfs_write("comms/1/local", b"1").expect("local");
+    // a lockspace the kernel announced: id, nodir, control, event_done (with NULs)
+    assert!(
+        !k.announce("foo").expect("announce"),
+        "nobody listens for uevents here"
+    );
+    let foo = LockspaceName::new(b"foo").expect("name");
+    seam.sysfs_write(&foo, "id", "1826763677").expect("id");
+    seam.sysfs_write(&foo, "control", "0").expect("control 0");
+    seam.sysfs_write(&foo, "control", "1").expect("control 1");
+    seam.sysfs_write(&foo, "event_done", "0")
+        .expect("event_done");
+    let c = "sys/kernel/config/dlm/cluster";
+    let want = [
+        Record::Write(format!("{c}/comms/1/nodeid"), b"1".to_vec()),
+        Record::Write(format!("{c}/comms/1/addr"), addr.to_vec()),
+        Record::Write(format!("{c}/comms/1/local"), b"1".to_vec()),
+        Record::Write("sys/kernel/dlm/foo/id".into(), b"1826763677\0".to_vec()),
+        Record::Write("sys/kernel/dlm/foo/event_done".into(), b"0\0".to_vec()),
+    ];
+    assert!(
+        k.wait_records(T, |r| want.iter().all(|w| r.contains(w))),
+        "missing records; got {:?}",
+        k.records()
+    );
+    let records = k.records();
+    assert!(records.contains(&Record::Mkdir(c.into())));
+    assert!(records.contains(&Record::Mkdir(format!("{c}/comms/1"))));
+    assert!(records.contains(&Record::Write(
+        format!("{c}/cluster_name"),
+        b"dlmtest".to_vec()
+    )));
+    // two writes to control stay two values, in order
+    let control: Vec<u8> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Write(p, b) if p.ends_with("foo/control") => Some(b.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(control, b"0\x001\x00");
+    // errors name the path and the value
+    let bar = LockspaceName::new(b"bar").expect("name");
+    let e = seam.sysfs_write(&bar, "control", "1");
+    let e = e.expect_err("no such lockspace directory").to_string();
+    assert!(
+        e.contains("sys/kernel/dlm/bar/control") && e.contains("\"1\\0\""),
+        "{e}"
+    );
+    // rmdir
+    seam.configfs_rmdir("comms/1").expect("rmdir");
+    assert!(k.wait_records(T, |r| r.contains(&Record::Rmdir(format!("{c}/comms/1")))));
+    assert_eq!(seam.configfs_list("comms"), Vec::<String>::new());
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn plock_device_uevents_and_monitor() {
+    let dir = root("dev");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let seam = KernelRoot::new(&dir);
+    assert!(!k.monitor_open());
+    let monitor = seam.open_misc("dlm-monitor").expect("monitor");
+    assert!(monitor.is_socket());
+    let deadline = std::time::Instant::now() + T;
+    while !k.monitor_open() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(k.monitor_open());
+
+    let uevents = seam.open_uevents().expect("uevents");
+    assert!(k.wait_daemon(T));
+    assert!(k.announce("gfs0").expect("announce"), "the daemon listens");
+    let ev = Uevent::parse(&uevents.recv().expect("recv")).expect("parses");
+    assert_eq!(ev.action, UeventAction::Online);
+    assert_eq!(ev.lockspace.as_bytes(), b"gfs0");
+
+    let dev = seam.open_misc("dlm_plock").expect("plock");
+    let req = PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 42,
+        nodeid: 0,
+        rv: 0,
+        fsid: 7,
+        number: 99,
+        start: 0,
+        end: 9,
+        owner: 5,
+    };
+    k.send_plock(&req).expect("send");
+    let mut buf = [0u8; 128];
+    let n = dev.read_record(&mut buf).expect("read");
+    assert_eq!(n, 64, "one read() is one 64-byte request");
+    assert_eq!(PlockInfo::decode(&buf[..n]), Ok(req));
+    let reply = PlockInfo {
+        rv: -11,
+        nodeid: 1,
+        ..req
+    };
+    dev.write_record(&reply.encode()).expect("write");
+    assert_eq!(k.recv_plock_raw(T), Some(reply.encode().to_vec()));
+
+    drop(monitor);
+    let deadline = std::time::Instant::now() + T;
+    while k.monitor_open() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !k.monitor_open(),
+        "closing the monitor must make the daemon unavailable"
+    );
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
