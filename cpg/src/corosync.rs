@@ -290,6 +290,35 @@ impl CorosyncGroup {
     }
 }
 
+/// Bytes of stack the current thread was created with (0 if unknown).
+fn thread_stack_size() -> usize {
+    // SAFETY: pthread_getattr_np fills a zeroed attr for the calling thread, which is
+    // destroyed after reading the size.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &raw mut attr) != 0 {
+            return 0;
+        }
+        let mut size: usize = 0;
+        let rc = libc::pthread_attr_getstacksize(&raw const attr, &raw mut size);
+        libc::pthread_attr_destroy(&raw mut attr);
+        if rc == 0 { size } else { 0 }
+    }
+}
+
+/// libcpg's dispatch puts ~1 MiB on the stack without probes: on a smaller stack it would
+/// silently overwrite memory below it (corosync-notes §5.2), so refuse instead.
+pub(crate) fn check_dispatch_stack(call: &'static str) -> Result<(), CpgError> {
+    thread_local! {
+        static OK: bool = thread_stack_size() >= 2 << 20;
+    }
+    if OK.with(|ok| *ok) {
+        Ok(())
+    } else {
+        Err(CpgError::Call { call, code: 0 })
+    }
+}
+
 impl Group for CorosyncGroup {
     fn local_nodeid(&self) -> u32 {
         self.nodeid
@@ -323,6 +352,7 @@ impl Group for CorosyncGroup {
     }
 
     fn dispatch(&mut self) -> Result<(), CpgError> {
+        check_dispatch_stack("cpg_dispatch on a thread with less than 2 MiB of stack")?;
         // SAFETY: live handle; callbacks only touch `inner` (see with_inner).
         let rc = unsafe { sys::cpg_dispatch(self.handle, sys::CS_DISPATCH_ALL) };
         if self.inner().poisoned {

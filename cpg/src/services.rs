@@ -123,6 +123,9 @@ impl Quorum {
 
     /// Drains pending notifications (on a thread with ≥ 2 MiB of stack).
     pub fn dispatch(&mut self) -> Result<(), CpgError> {
+        crate::corosync::check_dispatch_stack(
+            "quorum_dispatch on a thread with less than 2 MiB of stack",
+        )?;
         // SAFETY: live handle; the callback only touches `inner`.
         match check("quorum_dispatch", unsafe {
             sys::quorum_dispatch(self.handle, sys::CS_DISPATCH_ALL)
@@ -239,6 +242,9 @@ impl Cfg {
 
     /// Drains pending callbacks (on a thread with ≥ 2 MiB of stack).
     pub fn dispatch(&mut self) -> Result<(), CpgError> {
+        crate::corosync::check_dispatch_stack(
+            "corosync_cfg_dispatch on a thread with less than 2 MiB of stack",
+        )?;
         // SAFETY: live handle; the callback only records the request.
         match check("corosync_cfg_dispatch", unsafe {
             sys::corosync_cfg_dispatch(self.handle, sys::CS_DISPATCH_ALL)
@@ -355,6 +361,19 @@ impl Cmap {
             12 => Ok(None), // CS_ERR_NOT_EXIST
             code => check("cmap_get_uint32", code).map(|()| None),
         }
+    }
+
+    /// The configured nodes (`nodelist.node.N.nodeid` for N = 0, 1, … until one is
+    /// missing), as dlm_controld reads them for startup fencing.
+    pub fn nodelist(&self) -> Result<Vec<u32>, CpgError> {
+        let mut nodes = Vec::new();
+        for i in 0.. {
+            match self.get_u32(&format!("nodelist.node.{i}.nodeid"))? {
+                Some(id) => nodes.push(id),
+                None => break,
+            }
+        }
+        Ok(nodes)
     }
 
     /// A string key of any length (`totem.cluster_name`); `None` if absent.

@@ -132,6 +132,18 @@ fn one_node_group_services_and_failure() {
         assert!(log_path.len() > 16);
         assert_eq!(cmap.get_u32("nodelist.node.0.nodeid").expect("get"), Some(1));
         assert_eq!(cmap.get_u32("no.such.key").expect("get"), None);
+        assert_eq!(cmap.nodelist().expect("nodelist"), vec![1]);
+        // dispatch refuses a thread whose stack libcpg's 1 MiB frame would overflow
+        let small = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || {
+                let mut q = q;
+                q.dispatch().is_err()
+            })
+            .expect("spawn")
+            .join()
+            .expect("join");
+        assert!(small, "dispatch ran on a 256 KiB stack");
         (g, other)
     });
     let (mut g, other) = result;
