@@ -293,6 +293,16 @@ impl UeventSource {
     }
 }
 
+impl UeventSource {
+    /// Receives one raw uevent if one is queued (`WouldBlock` otherwise).
+    pub fn try_recv(&self) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; 4096];
+        let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+}
+
 impl AsFd for UeventSource {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

@@ -3,6 +3,7 @@
 //! issues.
 
 pub mod config;
+pub mod daemon;
 pub mod daemon_proto;
 pub mod kernel;
 pub mod membership;

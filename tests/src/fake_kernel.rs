@@ -229,6 +229,17 @@ impl FakeKernel {
         }
     }
 
+    /// The last user releases the lockspace: the `offline@` uevent.
+    pub fn release(&self, name: &str) -> io::Result<()> {
+        let ev = Uevent {
+            action: UeventAction::Offline,
+            lockspace: LockspaceName::new(name.as_bytes())
+                .map_err(|e| io::Error::other(e.to_string()))?,
+            seqnum: Some(2),
+        };
+        self.conn_send("uevent", &ev.encode(), Duration::from_secs(10))
+    }
+
     /// Sends a raw uevent (for bad-input tests).
     pub fn send_uevent(&self, bytes: &[u8]) -> io::Result<()> {
         self.conn_send("uevent", bytes, Duration::from_secs(10))

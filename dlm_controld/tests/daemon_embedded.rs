@@ -1,0 +1,189 @@
+//! The daemon binary on the fake kernel with the embedded group: startup writes, a
+//! lockspace join and leave with the C daemon's exact configfs/sysfs bytes (daemon-spec
+//! §2.2, §2.4, §2.5, §2.8), refusal of a second instance, SIGTERM.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dlm_tests::{FakeKernel, Record};
+
+const T: Duration = Duration::from_secs(20);
+const C: &str = "sys/kernel/config/dlm/cluster";
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(root: &Path) -> Daemon {
+    Daemon(
+        Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
+            .args([
+                "--kernel-root",
+                &root.display().to_string(),
+                "--cluster",
+                "embedded",
+                "--foreground",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start dlm_controld"),
+    )
+}
+
+fn root(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dlm-daemon-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Write(p, b) if p == path => Some(b.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The sysfs writes of one lockspace as one byte string (values end with NUL).
+fn sysfs(records: &[Record], ls: &str) -> Vec<(String, Vec<u8>)> {
+    let prefix = format!("sys/kernel/dlm/{ls}/");
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Write(p, b) => p.strip_prefix(&prefix).map(|a| (a.to_owned(), b.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn join_and_leave_a_lockspace_with_cs_bytes() {
+    let dir = root("join");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let mut d = start(&dir);
+    assert!(k.wait_daemon(T), "the daemon never listened for uevents");
+    assert!(
+        k.monitor_open(),
+        "the monitor device must be open before the daemon is ready"
+    );
+
+    // startup: cluster attributes and our comms entry
+    let r = k.records();
+    assert!(r.contains(&Record::Mkdir(C.into())));
+    assert_eq!(writes(&r, &format!("{C}/mark")), vec![b"0".to_vec()]);
+    assert_eq!(
+        writes(&r, &format!("{C}/recover_callbacks")),
+        vec![b"1".to_vec()]
+    );
+    assert_eq!(
+        writes(&r, &format!("{C}/cluster_name")),
+        vec![b"dlm".to_vec()]
+    );
+    assert!(
+        writes(&r, &format!("{C}/protocol")).is_empty(),
+        "protocol=detect writes nothing"
+    );
+    assert_eq!(
+        writes(&r, &format!("{C}/comms/1/nodeid")),
+        vec![b"1".to_vec()]
+    );
+    let mut addr = vec![0u8; 128];
+    addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]);
+    assert_eq!(writes(&r, &format!("{C}/comms/1/addr")), vec![addr]);
+    assert_eq!(
+        writes(&r, &format!("{C}/comms/1/mark")),
+        vec![b"0".to_vec()]
+    );
+    assert_eq!(
+        writes(&r, &format!("{C}/comms/1/local")),
+        vec![b"1".to_vec()]
+    );
+
+    // join foo: id, configfs members, control, event_done — in this order in sysfs
+    assert!(k.announce("foo").expect("announce"));
+    let done = |r: &[Record]| writes(r, "sys/kernel/dlm/foo/event_done").len() == 1;
+    assert!(
+        k.wait_records(T, done),
+        "join never completed: {:?}",
+        k.records()
+    );
+    let r = k.records();
+    assert_eq!(
+        sysfs(&r, "foo"),
+        vec![
+            ("id".to_owned(), b"1826763677\0".to_vec()),
+            ("control".to_owned(), b"1\0".to_vec()),
+            ("event_done".to_owned(), b"0\0".to_vec()),
+        ]
+    );
+    assert!(r.contains(&Record::Mkdir(format!("{C}/spaces/foo/nodes/1"))));
+    assert_eq!(
+        writes(&r, &format!("{C}/spaces/foo/nodes/1/nodeid")),
+        vec![b"1".to_vec()]
+    );
+    assert_eq!(
+        writes(&r, &format!("{C}/spaces/foo/nodes/1/weight")),
+        vec![b"1".to_vec()]
+    );
+
+    // a second daemon is refused while this one runs
+    let second = Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
+        .args([
+            "--kernel-root",
+            &dir.display().to_string(),
+            "--cluster",
+            "embedded",
+        ])
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run second");
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("another dlm_controld is running"));
+
+    // SIGTERM is ignored while a lockspace exists
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(i32::try_from(d.0.id()).expect("pid"), libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        d.0.try_wait().expect("wait").is_none(),
+        "the daemon exited with a lockspace"
+    );
+
+    // leave: stop, members removed, event_done; then the pending SIGTERM ends the daemon
+    k.release("foo").expect("release");
+    let left = |r: &[Record]| writes(r, "sys/kernel/dlm/foo/event_done").len() == 2;
+    assert!(
+        k.wait_records(T, left),
+        "leave never completed: {:?}",
+        k.records()
+    );
+    let r = k.records();
+    let s = sysfs(&r, "foo");
+    assert_eq!(
+        &s[3..],
+        &[
+            ("control".to_owned(), b"0\0".to_vec()),
+            ("event_done".to_owned(), b"0\0".to_vec())
+        ]
+    );
+    assert!(r.contains(&Record::Rmdir(format!("{C}/spaces/foo/nodes/1"))));
+    assert!(r.contains(&Record::Rmdir(format!("{C}/spaces/foo"))));
+    let status = (0..100)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            d.0.try_wait().expect("wait")
+        })
+        .expect("the daemon did not exit after its last lockspace");
+    assert!(status.success());
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
