@@ -16,5 +16,6 @@ packages=(
     corosync libcpg-dev libcmap-dev libquorum-dev libvotequorum-dev libcfg-dev
     iproute2                      # network namespaces for the multi-node tests
 )
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${packages[@]}"
+echo "installing system packages (apt-get)…"
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
