@@ -1,12 +1,15 @@
 //! One lockspace's task: it owns the lockspace's group and membership machine, turns group
 //! events into machine inputs and machine effects into kernel writes and messages.
 
-use dlm_cpg::{EmbeddedGroup, Event, Group};
+use dlm_cpg::Event;
 use dlm_proto::LockspaceName;
-use dlm_proto::wire::{Body, DlmHeader, HeaderFlags, Message, MsgType, Version3, global_id};
+use dlm_proto::wire::{
+    Body, DlmHeader, HeaderFlags, Message, MsgType, Version3, global_id, lockspace_group_name,
+};
 use tokio::sync::mpsc;
 
-use super::startup;
+use super::cluster::LsGroup;
+use super::{LsContext, monotonic_secs, startup};
 use crate::config::LockspaceConf;
 use crate::kernel::KernelRoot;
 use crate::membership::{Effect, Env, FenceView, Membership};
@@ -20,7 +23,8 @@ pub enum LsCommand {
     Leave,
 }
 
-/// No fencing is configured in the embedded cluster: nothing to wait for.
+/// Fencing is not implemented yet: nothing to wait for (the daemon runs as with
+/// `enable_fencing=0`).
 #[derive(Debug)]
 struct NoFencing;
 
@@ -43,24 +47,25 @@ struct Ls {
     conf: LockspaceConf,
     seam: KernelRoot,
     our: u32,
-    group: EmbeddedGroup,
+    group: LsGroup,
     mem: Membership,
     ring: u64,
+    ctx: LsContext,
     left: bool,
-}
-
-fn monotonic_secs() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| u64::try_from(t.tv_sec()).unwrap_or(0))
-        .unwrap_or(0)
 }
 
 impl Ls {
     fn env<'a>(&self, fence: &'a NoFencing) -> Env<'a> {
+        let q = *self.ctx.quorum.borrow();
         Env {
             now: monotonic_secs(),
-            cluster_ring_seq: self.ring,
-            quorate: true,
+            // the embedded group has no quorum service: its own ring is the cluster's
+            cluster_ring_seq: if self.ctx.embedded {
+                self.ring
+            } else {
+                q.ring_seq
+            },
+            quorate: q.quorate,
             quorum_required: true,
             fencing_enabled: false,
             fencing: fence,
@@ -132,8 +137,14 @@ impl Ls {
     }
 
     fn drain(&mut self) {
-        let fence = NoFencing;
         while let Some(ev) = self.group.poll_event() {
+            self.event(ev);
+        }
+    }
+
+    fn event(&mut self, ev: Event) {
+        let fence = NoFencing;
+        {
             let env = self.env(&fence);
             let fx = match ev {
                 Event::Totem { ring, .. } => {
@@ -179,42 +190,69 @@ impl Ls {
 pub(crate) async fn run(
     name: LockspaceName,
     conf: LockspaceConf,
-    seam: KernelRoot,
-    our: u32,
+    ctx: LsContext,
     mut commands: mpsc::UnboundedReceiver<LsCommand>,
-    done: mpsc::UnboundedSender<String>,
 ) {
     let text = name.to_str_lossy().into_owned();
+    let (buf, len) = lockspace_group_name(&name);
+    let group = match LsGroup::join(ctx.embedded, ctx.our, &buf[..len]).await {
+        Ok(g) => g,
+        Err(e) => {
+            // cpg_join failed: the kernel's join fails with event_done = -1
+            eprintln!("dlm_controld: {text}: cpg_join: {e}");
+            let _ = ctx.seam.sysfs_write(&name, "event_done", "-1");
+            let _ = ctx.done.send(text);
+            return;
+        }
+    };
+    let mut quorum = ctx.quorum.clone();
     let mut ls = Ls {
         gid: global_id(&name),
         name,
         text: text.clone(),
         conf,
-        seam,
-        our,
-        group: EmbeddedGroup::join(our, std::process::id(), true),
-        mem: Membership::joining(our),
+        seam: ctx.seam.clone(),
+        our: ctx.our,
+        group,
+        mem: Membership::joining(ctx.our),
         ring: 0,
+        ctx: ctx.clone(),
         left: false,
     };
     ls.drain();
     while !ls.left {
-        let Some(cmd) = commands.recv().await else {
-            break;
-        };
-        match cmd {
-            LsCommand::Poll => {
+        tokio::select! {
+            ev = ls.group.next_event() => match ev {
+                Ok(ev) => ls.event(ev),
+                Err(e) => {
+                    eprintln!("dlm_controld: {text}: {e}");
+                    break;
+                }
+            },
+            cmd = commands.recv() => match cmd {
+                Some(LsCommand::Poll) => {
+                    let fence = NoFencing;
+                    let env = ls.env(&fence);
+                    let fx = ls.mem.poll(&env);
+                    ls.perform(fx);
+                }
+                Some(LsCommand::Leave) => {
+                    ls.mem.leave();
+                    if let Err(e) = ls.group.leave() {
+                        eprintln!("dlm_controld: {text}: cpg_leave: {e}");
+                    }
+                }
+                None => break,
+            },
+            Ok(()) = quorum.changed() => {
                 let fence = NoFencing;
                 let env = ls.env(&fence);
                 let fx = ls.mem.poll(&env);
                 ls.perform(fx);
             }
-            LsCommand::Leave => {
-                ls.mem.leave();
-                ls.group.leave();
-            }
         }
         ls.drain();
+        let _ = ls.group.flush().await;
     }
-    let _ = done.send(text);
+    let _ = ls.ctx.done.send(text);
 }

@@ -2,9 +2,10 @@
 //! lockspace (it owns its group and its membership machine; nothing is shared) and a main
 //! task for uevents, the once-a-second retry and signals.
 //!
-//! This first version runs on the embedded single-member group only; the corosync path,
-//! fencing, the query sockets and the plock path come next (see docs/ARCHITECTURE.md).
+//! Runs on corosync or on the embedded single-member group. Not yet: fencing, the query
+//! sockets, the plock path (see docs/ARCHITECTURE.md).
 
+mod cluster;
 mod lockspace;
 mod startup;
 
@@ -14,11 +15,12 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use dlm_cpg::{EmbeddedGroup, Event, Group};
+use cluster::{CorosyncServices, LsGroup, QuorumState};
+use dlm_cpg::{CpgError, Event};
 use dlm_proto::kernel::{Uevent, UeventAction};
-use dlm_proto::wire::{Body, Message};
+use dlm_proto::wire::{Body, DAEMON_GROUP_NAME, Message};
 use tokio::io::unix::AsyncFd;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
 use crate::daemon_proto::{DaemonProtocol, Out, QuorumView};
@@ -63,12 +65,15 @@ pub enum DaemonError {
     /// The daemon protocol could not be agreed.
     #[error(transparent)]
     Protocol(#[from] crate::daemon_proto::ProtoError),
-    /// Not available in this build yet.
-    #[error("{0} is not implemented yet")]
+    /// Not available, or not in time.
+    #[error("no {0}")]
     Unsupported(&'static str),
+    /// corosync failed or went away.
+    #[error("corosync: {0}")]
+    Cluster(CpgError),
 }
 
-const OUR_NODEID: u32 = 1;
+const EMBEDDED_NODEID: u32 = 1;
 
 /// Takes the pid file with an exclusive lock: a second daemon is refused.
 fn pid_file(seam: &KernelRoot) -> Result<fs::File, DaemonError> {
@@ -82,108 +87,222 @@ fn pid_file(seam: &KernelRoot) -> Result<fs::File, DaemonError> {
         .write(true)
         .open(&path)
         .map_err(|e| DaemonError::Io("pid file", e))?;
-    nix::fcntl::Flock::lock(
-        f.try_clone().map_err(|e| DaemonError::Io("pid file", e))?,
-        nix::fcntl::FlockArg::LockExclusiveNonblock,
-    )
-    .map(std::mem::forget)
-    .map_err(|_| DaemonError::AlreadyRunning(path.display().to_string()))?;
+    let lock = f.try_clone().map_err(|e| DaemonError::Io("pid file", e))?;
+    // the lock lives as long as the process: the descriptor is deliberately never closed
+    nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map(std::mem::forget)
+        .map_err(|_| DaemonError::AlreadyRunning(path.display().to_string()))?;
     f.set_len(0).map_err(|e| DaemonError::Io("pid file", e))?;
     fs::write(&path, format!("{}\n", std::process::id()))
         .map_err(|e| DaemonError::Io("pid file", e))?;
     Ok(f)
 }
 
-/// Agrees the daemon protocol on the daemon group (`set_protocol`).
-fn negotiate(group: &mut EmbeddedGroup, proto: &mut DaemonProtocol) -> Result<(), DaemonError> {
+/// Feeds one daemon-group event to the protocol machine and sends what it asks.
+fn daemon_event(
+    group: &mut LsGroup,
+    proto: &mut DaemonProtocol,
+    our: u32,
+    ev: Event,
+    q: QuorumView,
+) {
+    let out = match ev {
+        Event::ConfChg {
+            members,
+            left,
+            joined,
+        } => proto.handle_confchg(
+            monotonic_secs(),
+            &members.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
+            &left
+                .iter()
+                .map(|m| (m.nodeid, m.reason.to_raw()))
+                .collect::<Vec<_>>(),
+            &joined.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
+        ),
+        Event::Deliver {
+            nodeid, payload, ..
+        } => match Message::decode(&payload) {
+            Ok(Message {
+                body: Body::Protocol(p),
+                ..
+            }) => proto.handle_protocol(nodeid, &p, q, false),
+            _ => Vec::new(),
+        },
+        Event::Totem { .. } => Vec::new(),
+    };
+    for o in out {
+        if let Out::SendProtocol(p) = o {
+            let _ = group.mcast(&p.encode(our));
+        }
+    }
+}
+
+pub(crate) fn monotonic_secs() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| u64::try_from(t.tv_sec()).unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// Runs the daemon until SIGTERM/SIGINT with no lockspace left.
+pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| DaemonError::Io("tokio runtime", e))?;
+    rt.block_on(daemon(args))
+}
+
+async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
+    let seam = args.kernel_root.clone();
+    let _pid = pid_file(&seam)?;
+    let embedded = args.cluster == ClusterKind::Embedded;
+    let mut services = if embedded {
+        None
+    } else {
+        Some(CorosyncServices::connect().map_err(DaemonError::Cluster)?)
+    };
+    let our = services.as_ref().map_or(EMBEDDED_NODEID, |s| s.nodeid);
+    let cluster_name = services
+        .as_ref()
+        .map_or_else(|| "dlm".to_owned(), |s| s.cluster_name.clone());
+    // 1. configfs cluster attributes
+    startup::setup_configfs(&seam, &args.config, &cluster_name)?;
+    // 2. the monitor device, before our comms entry, kept open for our lifetime
+    let _monitor = seam.open_misc("dlm-monitor")?;
+    // 3. comms entries for the quorum members (or just us)
+    let (qtx, qrx) = watch::channel(QuorumState {
+        quorate: true,
+        ring_seq: 0,
+    });
+    let mut comms = Comms::default();
+    if let Some(s) = services.as_mut() {
+        let change = wait_quorum(s).await?;
+        comms.update(&seam, &args.config, s, our, &change.nodes);
+        let _ = qtx.send(QuorumState {
+            quorate: change.quorate,
+            ring_seq: change.ring_seq,
+        });
+    } else {
+        let mut addr = [0u8; 128];
+        addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]);
+        let mark = args.config.file.node_marks.get(&our).copied().unwrap_or(0);
+        startup::add_node(&seam, our, &addr, true, mark)?;
+    }
+    // 4. the daemon group and its protocol
+    let mut daemon_group = LsGroup::join(embedded, our, DAEMON_GROUP_NAME)
+        .await
+        .map_err(DaemonError::Cluster)?;
+    let mut proto = DaemonProtocol::new(our);
     let q = QuorumView {
         quorate: true,
         quorate_since: 0,
         two_node: false,
     };
-    for _ in 0..1000 {
-        let Some(ev) = group.poll_event() else { break };
-        let out = match ev {
-            Event::ConfChg {
-                members,
-                left,
-                joined,
-            } => proto.handle_confchg(
-                0,
-                &members.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-                &left
-                    .iter()
-                    .map(|m| (m.nodeid, m.reason.to_raw()))
-                    .collect::<Vec<_>>(),
-                &joined.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-            ),
-            Event::Deliver {
-                nodeid, payload, ..
-            } => match Message::decode(&payload) {
-                Ok(Message {
-                    body: Body::Protocol(p),
-                    ..
-                }) => proto.handle_protocol(nodeid, &p, q, false),
-                _ => Vec::new(),
-            },
-            Event::Totem { .. } => Vec::new(),
-        };
-        for o in out {
-            if let Out::SendProtocol(p) = o {
-                let _ = group.mcast(&p.encode(OUR_NODEID));
+    let negotiated = async {
+        loop {
+            while let Some(ev) = daemon_group.poll_event() {
+                daemon_event(&mut daemon_group, &mut proto, our, ev, q);
             }
+            if let Some(r) = proto.negotiated() {
+                return r.map_err(DaemonError::Protocol);
+            }
+            let ev = daemon_group
+                .next_event()
+                .await
+                .map_err(DaemonError::Cluster)?;
+            daemon_event(&mut daemon_group, &mut proto, our, ev, q);
         }
-        if let Some(r) = proto.negotiated() {
-            r?;
-            return Ok(());
+    };
+    tokio::time::timeout(Duration::from_secs(60), negotiated)
+        .await
+        .map_err(|_| DaemonError::Unsupported("daemon protocol negotiation within 60 s"))??;
+    // 5. uevents, then the loop
+    let uevents = seam.open_uevents()?;
+    main_loop(
+        &args,
+        &seam,
+        uevents,
+        our,
+        embedded,
+        &mut daemon_group,
+        &mut proto,
+        services,
+        qtx,
+        qrx,
+        comms,
+    )
+    .await
+}
+
+async fn wait_quorum(s: &mut CorosyncServices) -> Result<dlm_cpg::QuorumChange, DaemonError> {
+    for _ in 0..600 {
+        s.quorum.dispatch().map_err(DaemonError::Cluster)?;
+        if let Some(c) = s.quorum.poll_change() {
+            return Ok(c);
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(DaemonError::Unsupported(
-        "daemon protocol negotiation did not finish",
+        "a quorum notification within 60 s",
     ))
 }
 
-/// Runs the daemon until SIGTERM/SIGINT with no lockspace left.
-pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
-    if args.cluster == ClusterKind::Corosync {
-        return Err(DaemonError::Unsupported(
-            "the corosync cluster (use --cluster embedded)",
-        ));
-    }
-    let seam = args.kernel_root.clone();
-    let _pid = pid_file(&seam)?;
-    // 1. configfs cluster attributes
-    startup::setup_configfs(&seam, &args.config, "dlm")?;
-    // 2. the monitor device, before our comms entry, kept open for our lifetime
-    let _monitor = seam.open_misc("dlm-monitor")?;
-    // 3. our comms entry: node 1 on 127.0.0.1
-    let mut addr = [0u8; 128];
-    addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]);
-    let mark = args
-        .config
-        .file
-        .node_marks
-        .get(&OUR_NODEID)
-        .copied()
-        .unwrap_or(0);
-    startup::add_node(&seam, OUR_NODEID, &addr, true, mark)?;
-    // 4. the daemon group and its protocol
-    let mut daemon_group = EmbeddedGroup::join(OUR_NODEID, std::process::id(), true);
-    let mut proto = DaemonProtocol::new(OUR_NODEID);
-    negotiate(&mut daemon_group, &mut proto)?;
-    // 5. uevents, then the loop
-    let uevents = seam.open_uevents()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| DaemonError::Io("tokio runtime", e))?;
-    rt.block_on(main_loop(args, seam, uevents))
+/// The comms entries written so far (`add_configfs_node` / `del_configfs_node`).
+#[derive(Debug, Default)]
+struct Comms {
+    nodes: Vec<u32>,
 }
 
+impl Comms {
+    fn update(
+        &mut self,
+        seam: &KernelRoot,
+        cfg: &Config,
+        s: &CorosyncServices,
+        our: u32,
+        members: &[u32],
+    ) {
+        let new: Vec<u32> = members
+            .iter()
+            .copied()
+            .filter(|n| !self.nodes.contains(n))
+            .collect();
+        for n in new {
+            let mark = cfg.file.node_marks.get(&n).copied().unwrap_or(0);
+            for a in s.addrs(n) {
+                if let Err(e) = startup::add_node(seam, n, &a.storage, n == our, mark) {
+                    eprintln!("dlm_controld: {e}");
+                }
+            }
+            self.nodes.push(n);
+        }
+        let gone: Vec<u32> = self
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| !members.contains(n))
+            .collect();
+        for n in gone {
+            let _ = seam.configfs_rmdir(&format!("comms/{n}"));
+            self.nodes.retain(|x| *x != n);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the daemon's state, handed over once
 async fn main_loop(
-    args: DaemonArgs,
-    seam: KernelRoot,
+    args: &DaemonArgs,
+    seam: &KernelRoot,
     uevents: crate::kernel::UeventSource,
+    our: u32,
+    embedded: bool,
+    daemon_group: &mut LsGroup,
+    proto: &mut DaemonProtocol,
+    mut services: Option<CorosyncServices>,
+    qtx: watch::Sender<QuorumState>,
+    qrx: watch::Receiver<QuorumState>,
+    mut comms: Comms,
 ) -> Result<(), DaemonError> {
     // SAFETY: UeventFd owns the descriptor; it stays open and the same for as long as the
     // AsyncFd that owns the UeventFd.
@@ -199,6 +318,18 @@ async fn main_loop(
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| DaemonError::Io("SIGINT handler", e))?;
     let mut quit = false;
+    let q = QuorumView {
+        quorate: true,
+        quorate_since: 0,
+        two_node: false,
+    };
+    let ctx = LsContext {
+        seam: seam.clone(),
+        our,
+        embedded,
+        quorum: qrx,
+        done: done_tx,
+    };
     loop {
         if quit && lockspaces.is_empty() {
             return Ok(());
@@ -208,15 +339,31 @@ async fn main_loop(
                 let Ok(mut guard) = r else { continue };
                 match guard.get_inner().0.try_recv() {
                     Ok(bytes) if bytes.is_empty() => return Err(DaemonError::Io("uevent source", io::Error::from(io::ErrorKind::UnexpectedEof))),
-                    Ok(bytes) => handle_uevent(&args, &seam, &bytes, &mut lockspaces, &done_tx),
+                    Ok(bytes) => handle_uevent(args, &ctx, &bytes, &mut lockspaces),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
                     Err(e) => return Err(DaemonError::Io("uevent source", e)),
                 }
+            }
+            ev = daemon_group.next_event() => {
+                let ev = ev.map_err(DaemonError::Cluster)?;
+                daemon_event(daemon_group, proto, our, ev, q);
             }
             Some(name) = done_rx.recv() => {
                 lockspaces.remove(&name);
             }
             _ = tick.tick() => {
+                if let Some(s) = services.as_mut() {
+                    s.quorum.dispatch().map_err(DaemonError::Cluster)?;
+                    while let Some(c) = s.quorum.poll_change() {
+                        comms.update(seam, &args.config, s, our, &c.nodes);
+                        let _ = qtx.send(QuorumState { quorate: c.quorate, ring_seq: c.ring_seq });
+                    }
+                    s.cfg.dispatch().map_err(DaemonError::Cluster)?;
+                    if s.cfg.poll_shutdown().is_some() {
+                        // corosync may stop only when no lockspace needs it (C's shutdown_callback)
+                        let _ = s.cfg.reply_shutdown(lockspaces.is_empty());
+                    }
+                }
                 for tx in lockspaces.values() {
                     let _ = tx.send(LsCommand::Poll);
                 }
@@ -236,12 +383,21 @@ impl AsRawFd for UeventFd {
     }
 }
 
+/// What every lockspace task shares with the main task.
+#[derive(Debug, Clone)]
+pub(crate) struct LsContext {
+    pub(crate) seam: KernelRoot,
+    pub(crate) our: u32,
+    pub(crate) embedded: bool,
+    pub(crate) quorum: watch::Receiver<QuorumState>,
+    pub(crate) done: mpsc::UnboundedSender<String>,
+}
+
 fn handle_uevent(
     args: &DaemonArgs,
-    seam: &KernelRoot,
+    ctx: &LsContext,
     bytes: &[u8],
     lockspaces: &mut BTreeMap<String, mpsc::UnboundedSender<LsCommand>>,
-    done: &mpsc::UnboundedSender<String>,
 ) {
     let Ok(ev) = Uevent::parse(bytes) else { return };
     let name = ev.lockspace.to_str_lossy().into_owned();
@@ -259,14 +415,7 @@ fn handle_uevent(
                 .unwrap_or_default();
             let (tx, rx) = mpsc::unbounded_channel();
             lockspaces.insert(name, tx);
-            tokio::spawn(lockspace::run(
-                ev.lockspace,
-                conf,
-                seam.clone(),
-                OUR_NODEID,
-                rx,
-                done.clone(),
-            ));
+            tokio::spawn(lockspace::run(ev.lockspace, conf, ctx.clone(), rx));
         }
         UeventAction::Offline => {
             if let Some(tx) = lockspaces.get(&name) {

@@ -17,7 +17,9 @@ fn show(records: &[Record]) {
         match r {
             Record::Mkdir(p) => println!("  mkdir {p}"),
             Record::Rmdir(p) => println!("  rmdir {p}"),
-            Record::Write(p, b) if b.len() > 16 => println!("  write {p} ({} bytes) {:02x?}…", b.len(), &b[..8]),
+            Record::Write(p, b) if b.len() > 16 => {
+                println!("  write {p} ({} bytes) {:02x?}…", b.len(), &b[..8])
+            }
             Record::Write(p, b) => println!("  write {p} {:?}", String::from_utf8_lossy(b)),
         }
     }

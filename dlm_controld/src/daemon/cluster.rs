@@ -1,0 +1,122 @@
+//! The cluster under the daemon: corosync (CPG groups, quorum, cfg, cmap) or the embedded
+//! one-node group. Everything else in the daemon sees only [`LsGroup`] and [`QuorumState`].
+
+use std::time::Duration;
+
+use dlm_cpg::{
+    AsyncCorosyncGroup, Cfg, Cmap, CorosyncGroup, CpgError, EmbeddedGroup, Event, Group, NodeAddr,
+    Quorum,
+};
+
+/// Quorum as the lockspaces need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct QuorumState {
+    /// The partition is quorate.
+    pub(crate) quorate: bool,
+    /// Ring sequence of the last quorum notification (`cluster_ringid_seq`).
+    pub(crate) ring_seq: u64,
+}
+
+/// A process group of either kind.
+#[derive(Debug)]
+pub(crate) enum LsGroup {
+    Embedded(EmbeddedGroup),
+    Corosync(AsyncCorosyncGroup),
+}
+
+impl LsGroup {
+    /// Joins `name` (bytes with the NUL counted) as node `our`, asking for the initial
+    /// totem ring. Retries corosync's TRY_AGAIN every 100 ms (C: every second, blocking).
+    pub(crate) async fn join(embedded: bool, our: u32, name: &[u8]) -> Result<Self, CpgError> {
+        if embedded {
+            return Ok(Self::Embedded(EmbeddedGroup::join(
+                our,
+                std::process::id(),
+                true,
+            )));
+        }
+        loop {
+            match CorosyncGroup::join(name, true) {
+                Ok(g) => return Ok(Self::Corosync(AsyncCorosyncGroup::new(g)?)),
+                Err(CpgError::TryAgain) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub(crate) fn mcast(&mut self, bytes: &[u8]) -> Result<(), CpgError> {
+        match self {
+            Self::Embedded(g) => g.mcast(bytes),
+            Self::Corosync(g) => g.group().mcast(bytes),
+        }
+    }
+
+    /// Sends what corosync refused earlier.
+    pub(crate) async fn flush(&mut self) -> Result<(), CpgError> {
+        match self {
+            Self::Embedded(_) => Ok(()),
+            Self::Corosync(g) => g.flush().await,
+        }
+    }
+
+    pub(crate) fn leave(&mut self) -> Result<(), CpgError> {
+        match self {
+            Self::Embedded(g) => {
+                g.leave();
+                Ok(())
+            }
+            Self::Corosync(g) => g.group().leave(),
+        }
+    }
+
+    /// An event already queued, without waiting.
+    pub(crate) fn poll_event(&mut self) -> Option<Event> {
+        match self {
+            Self::Embedded(g) => g.poll_event(),
+            Self::Corosync(g) => g.group().poll_event(),
+        }
+    }
+
+    /// The next event, waiting for corosync (the embedded group never produces events by
+    /// itself, so this waits forever there).
+    pub(crate) async fn next_event(&mut self) -> Result<Event, CpgError> {
+        match self {
+            Self::Embedded(g) => match g.poll_event() {
+                Some(e) => Ok(e),
+                None => std::future::pending().await,
+            },
+            Self::Corosync(g) => g.next_event().await,
+        }
+    }
+}
+
+/// What the daemon learns from corosync at startup.
+#[derive(Debug)]
+pub(crate) struct CorosyncServices {
+    pub(crate) cfg: Cfg,
+    pub(crate) quorum: Quorum,
+    pub(crate) nodeid: u32,
+    pub(crate) cluster_name: String,
+}
+
+impl CorosyncServices {
+    /// Connects to cfg, cmap and quorum (`setup_cluster`).
+    pub(crate) fn connect() -> Result<Self, CpgError> {
+        let cfg = Cfg::with_shutdown_tracking()?;
+        let nodeid = cfg.local_nodeid()?;
+        let cmap = Cmap::new()?;
+        let cluster_name = cmap.get_string("totem.cluster_name")?.unwrap_or_default();
+        let quorum = Quorum::new()?;
+        Ok(Self {
+            cfg,
+            quorum,
+            nodeid,
+            cluster_name,
+        })
+    }
+
+    /// Addresses of a node for configfs `comms/<id>/addr`.
+    pub(crate) fn addrs(&self, nodeid: u32) -> Vec<NodeAddr> {
+        self.cfg.node_addrs(nodeid).unwrap_or_default()
+    }
+}
