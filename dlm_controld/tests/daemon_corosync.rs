@@ -5,7 +5,6 @@
 #[path = "../../cpg/tests/support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
