@@ -342,6 +342,9 @@ struct Watcher {
 
 impl Watcher {
     fn watch(&mut self, dir: &Path, announce: bool) {
+        if self.dirs.values().any(|d| d == dir) {
+            return; // already seen (its creation event and a parent's catch-up both report it)
+        }
         let flags = AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_DELETE
             | AddWatchFlags::IN_CLOSE_WRITE

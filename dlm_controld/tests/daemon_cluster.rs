@@ -1,0 +1,173 @@
+//! Three daemons on three real corosync nodes (network namespaces), each on its own fake
+//! kernel: a lockspace joined on all three starts with all three members on every node;
+//! when node 3 dies (daemon and corosync killed) the survivors stop the lockspace and start
+//! it again without node 3. (Fencing is not implemented yet, so this runs as with
+//! `enable_fencing=0`.)
+
+#[path = "../../cpg/tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dlm_tests::{FakeKernel, Record};
+use support::Cluster;
+
+const T: Duration = Duration::from_secs(30);
+const C: &str = "sys/kernel/config/dlm/cluster";
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Write(p, b) if p == path => Some(b.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn members(records: &[Record]) -> Vec<u32> {
+    let prefix = format!("{C}/spaces/foo/nodes/");
+    let mut m: Vec<u32> = Vec::new();
+    for r in records {
+        match r {
+            Record::Mkdir(p) => {
+                if let Some(n) = p.strip_prefix(&prefix).and_then(|n| n.parse().ok()) {
+                    m.push(n);
+                }
+            }
+            Record::Rmdir(p) => {
+                if let Some(n) = p.strip_prefix(&prefix).and_then(|n| n.parse::<u32>().ok()) {
+                    m.retain(|x| *x != n);
+                }
+            }
+            Record::Write(..) => {}
+        }
+    }
+    m.sort_unstable();
+    m
+}
+
+#[test]
+fn three_daemons_join_and_survive_a_node_failure() {
+    let mut c = Cluster::start("dmn", 3);
+    let base = std::env::temp_dir().join(format!("dlm-daemon-cl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let roots: Vec<PathBuf> = (1..=3).map(|k| base.join(format!("n{k}"))).collect();
+    let kernels: Vec<FakeKernel> = roots
+        .iter()
+        .map(|r| FakeKernel::start(r).expect("fake kernel"))
+        .collect();
+    let mut daemons = Vec::new();
+    for k in 1..=3 {
+        let mut up = None;
+        for _ in 0..30 {
+            let mut child = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &c.node_ns(k),
+                    env!("CARGO_BIN_EXE_dlm_controld"),
+                ])
+                .args([
+                    "--kernel-root",
+                    &roots[k - 1].display().to_string(),
+                    "--foreground",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start dlm_controld");
+            if kernels[k - 1].wait_daemon(Duration::from_secs(3)) {
+                up = Some(Daemon(child));
+                break;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        daemons.push(up.unwrap_or_else(|| panic!("daemon {k} did not come up")));
+    }
+    // every daemon wrote a comms entry for every node, local only for itself
+    for (i, k) in kernels.iter().enumerate() {
+        let node = i + 1;
+        assert!(
+            k.wait_records(T, |r| (1..=3).all(|n| !writes(
+                r,
+                &format!("{C}/comms/{n}/nodeid")
+            )
+            .is_empty())),
+            "node {node}: comms entries {:?}",
+            k.records()
+        );
+        let r = k.records();
+        for n in 1..=3 {
+            let mut addr = vec![0u8; 128];
+            addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 100, 0, u8::try_from(n).expect("small")]);
+            assert_eq!(
+                writes(&r, &format!("{C}/comms/{n}/addr")),
+                vec![addr],
+                "node {node} addr of {n}"
+            );
+            let local = writes(&r, &format!("{C}/comms/{n}/local"));
+            assert_eq!(
+                local.is_empty(),
+                n != node,
+                "node {node}: local flag of {n}"
+            );
+        }
+    }
+    // join on all three, one after another
+    for k in &kernels {
+        assert!(k.announce("foo").expect("announce"));
+        assert!(
+            k.wait_records(T, |r| !writes(r, "sys/kernel/dlm/foo/event_done")
+                .is_empty()),
+            "join did not complete: {:?}",
+            k.records()
+        );
+    }
+    for (i, k) in kernels.iter().enumerate() {
+        assert!(
+            k.wait_records(T, |r| members(r) == vec![1, 2, 3]),
+            "node {}: members {:?}",
+            i + 1,
+            members(&k.records())
+        );
+        assert_eq!(
+            writes(&k.records(), "sys/kernel/dlm/foo/id"),
+            vec![b"1826763677\0".to_vec()]
+        );
+    }
+    // node 3 dies: daemon and corosync killed
+    drop(daemons.pop());
+    c.signal(3, libc::SIGKILL);
+    for (i, k) in kernels[..2].iter().enumerate() {
+        // stopped at the failure, started again with nodes 1 and 2 only
+        let restarted = |r: &[Record]| {
+            members(r) == vec![1, 2]
+                && writes(r, "sys/kernel/dlm/foo/control")
+                    .concat()
+                    .ends_with(b"1\x000\x001\x00")
+        };
+        assert!(
+            k.wait_records(T, restarted),
+            "node {}: members {:?}, control {:?}",
+            i + 1,
+            members(&k.records()),
+            writes(&k.records(), "sys/kernel/dlm/foo/control")
+        );
+    }
+    drop(daemons);
+    drop(kernels);
+    let _ = std::fs::remove_dir_all(&base);
+}
