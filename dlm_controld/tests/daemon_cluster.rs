@@ -83,6 +83,8 @@ fn three_daemons_join_and_survive_a_node_failure() {
                     "--kernel-root",
                     &roots[k - 1].display().to_string(),
                     "--foreground",
+                    "-f",
+                    "0",
                 ])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

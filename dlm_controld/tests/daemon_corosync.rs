@@ -49,7 +49,13 @@ fn lockspace_on_real_corosync() {
                 &cs.netns,
                 env!("CARGO_BIN_EXE_dlm_controld"),
             ])
-            .args(["--kernel-root", &dir.display().to_string(), "--foreground"])
+            .args([
+                "--kernel-root",
+                &dir.display().to_string(),
+                "--foreground",
+                "-f",
+                "0",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -127,4 +133,20 @@ fn lockspace_on_real_corosync() {
     assert!(status.success());
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Fencing is not implemented yet: with it enabled (the default) the daemon refuses to run
+/// on corosync instead of running unsafely.
+#[test]
+fn refuses_to_run_without_fencing_support() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
+        .args(["--kernel-root", "/nonexistent-dlm-root"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("enable_fencing=0"),
+        "{:?}",
+        out
+    );
 }

@@ -154,6 +154,15 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
 }
 
 async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
+    if args.cluster == ClusterKind::Corosync
+        && args.config.options.on(crate::config::Opt::EnableFencing)
+    {
+        // a failed node's locks would be granted to others before it is fenced
+        return Err(DaemonError::Unsupported(
+            "fencing in this build: run with enable_fencing=0 (-f 0) on clusters that need none, \
+             or use the C dlm_controld",
+        ));
+    }
     let seam = args.kernel_root.clone();
     let _pid = pid_file(&seam)?;
     let embedded = args.cluster == ClusterKind::Embedded;
