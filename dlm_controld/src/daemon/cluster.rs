@@ -97,6 +97,8 @@ pub(crate) struct CorosyncServices {
     pub(crate) quorum: Quorum,
     pub(crate) nodeid: u32,
     pub(crate) cluster_name: String,
+    /// corosync `quorum.two_node`.
+    pub(crate) two_node: bool,
 }
 
 impl CorosyncServices {
@@ -106,12 +108,14 @@ impl CorosyncServices {
         let nodeid = cfg.local_nodeid()?;
         let cmap = Cmap::new()?;
         let cluster_name = cmap.get_string("totem.cluster_name")?.unwrap_or_default();
+        let two_node = cmap.get_u32("quorum.two_node")?.unwrap_or(0) != 0;
         let quorum = Quorum::new()?;
         Ok(Self {
             cfg,
             quorum,
             nodeid,
             cluster_name,
+            two_node,
         })
     }
 

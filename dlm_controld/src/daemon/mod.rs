@@ -98,14 +98,15 @@ fn pid_file(seam: &KernelRoot) -> Result<fs::File, DaemonError> {
     Ok(f)
 }
 
-/// Feeds one daemon-group event to the protocol machine and sends what it asks.
+/// Feeds one daemon-group event to the protocol machine and sends what it asks; returns
+/// the nodes to kill (stateful merges).
 fn daemon_event(
     group: &mut LsGroup,
     proto: &mut DaemonProtocol,
     our: u32,
     ev: Event,
     q: QuorumView,
-) {
+) -> Vec<u32> {
     let out = match ev {
         Event::ConfChg {
             members,
@@ -131,11 +132,17 @@ fn daemon_event(
         },
         Event::Totem { .. } => Vec::new(),
     };
+    let mut kick = Vec::new();
     for o in out {
-        if let Out::SendProtocol(p) = o {
-            let _ = group.mcast(&p.encode(our));
+        match o {
+            Out::SendProtocol(p) => {
+                let _ = group.mcast(&p.encode(our));
+            }
+            Out::Kick(n) => kick.push(n),
+            Out::Failed { .. } => {}
         }
     }
+    kick
 }
 
 pub(crate) fn monotonic_secs() -> u64 {
@@ -211,7 +218,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let negotiated = async {
         loop {
             while let Some(ev) = daemon_group.poll_event() {
-                daemon_event(&mut daemon_group, &mut proto, our, ev, q);
+                let _ = daemon_event(&mut daemon_group, &mut proto, our, ev, q);
             }
             if let Some(r) = proto.negotiated() {
                 return r.map_err(DaemonError::Protocol);
@@ -327,10 +334,10 @@ async fn main_loop(
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| DaemonError::Io("SIGINT handler", e))?;
     let mut quit = false;
-    let q = QuorumView {
-        quorate: true,
-        quorate_since: 0,
-        two_node: false,
+    let mut q = QuorumView {
+        quorate: qrx.borrow().quorate,
+        quorate_since: monotonic_secs(),
+        two_node: services.as_ref().is_some_and(|s| s.two_node),
     };
     let ctx = LsContext {
         seam: seam.clone(),
@@ -355,7 +362,14 @@ async fn main_loop(
             }
             ev = daemon_group.next_event() => {
                 let ev = ev.map_err(DaemonError::Cluster)?;
-                daemon_event(daemon_group, proto, our, ev, q);
+                for n in daemon_event(daemon_group, proto, our, ev, q) {
+                    // a stateful merge: corosync removes the node from the cluster
+                    if let Some(s) = services.as_ref() {
+                        if let Err(e) = s.cfg.kill_node(n, "dlm_controld") {
+                            eprintln!("dlm_controld: kill node {n}: {e}");
+                        }
+                    }
+                }
             }
             Some(name) = done_rx.recv() => {
                 lockspaces.remove(&name);
@@ -364,6 +378,10 @@ async fn main_loop(
                 if let Some(s) = services.as_mut() {
                     s.quorum.dispatch().map_err(DaemonError::Cluster)?;
                     while let Some(c) = s.quorum.poll_change() {
+                        if c.quorate && !q.quorate {
+                            q.quorate_since = monotonic_secs();
+                        }
+                        q.quorate = c.quorate;
                         comms.update(seam, &args.config, s, our, &c.nodes);
                         let _ = qtx.send(QuorumState { quorate: c.quorate, ring_seq: c.ring_seq });
                     }
