@@ -248,6 +248,16 @@ impl MiscDevice {
         }
     }
 
+    /// Reads one record if one is queued (`WouldBlock` otherwise). The plock device never
+    /// blocks on read (it returns EAGAIN when empty); the fake kernel's socket is asked not to.
+    pub fn try_read_record(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.socket {
+            Ok(recv(self.fd.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT)?)
+        } else {
+            Ok(nix::unistd::read(&self.fd, buf)?)
+        }
+    }
+
     /// Writes one record.
     pub fn write_record(&self, bytes: &[u8]) -> io::Result<()> {
         let n = if self.socket {

@@ -211,6 +211,11 @@ impl Membership {
             .unwrap_or_default()
     }
 
+    /// The started change as START/PLOCKS_DONE carry it (for PLOCKS_DONE), with its seq.
+    pub fn started_body(&self) -> Option<(u32, StartBody)> {
+        self.started.as_ref().map(|c| (c.seq, self.body(c)))
+    }
+
     /// Number of kernel starts (`started_count`).
     pub fn started_count(&self) -> u32 {
         self.started_count

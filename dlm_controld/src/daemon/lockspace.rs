@@ -2,9 +2,12 @@
 //! events into machine inputs and machine effects into kernel writes and messages.
 
 use dlm_cpg::Event;
+use dlm_plock::Lockspace as PlockTable;
 use dlm_proto::LockspaceName;
+use dlm_proto::kernel::PlockInfo;
 use dlm_proto::wire::{
-    Body, DlmHeader, HeaderFlags, Message, MsgType, Version3, global_id, lockspace_group_name,
+    Body, Change as StartBody, DlmHeader, HeaderFlags, Message, MsgType, PlockData,
+    PlocksDataWriter, ResourceData, Version3, encode_plock_msg, global_id, lockspace_group_name,
 };
 use tokio::sync::mpsc;
 
@@ -21,6 +24,15 @@ pub enum LsCommand {
     Poll,
     /// The kernel released the lockspace (`offline@`).
     Leave,
+    /// A plock request read from the kernel (nodeid already ours).
+    Plock(PlockInfo),
+}
+
+/// A plock-related message saved while we wait for the state transfer.
+#[derive(Debug, Clone)]
+struct Saved {
+    from: u32,
+    info: PlockInfo,
 }
 
 /// Fencing is not implemented yet: nothing to wait for (the daemon runs as with
@@ -52,6 +64,14 @@ struct Ls {
     ring: u64,
     ctx: LsContext,
     left: bool,
+    /// The replicated plock table.
+    plocks: PlockTable,
+    /// We joined and have no plock state yet.
+    need_plocks: bool,
+    /// Plock messages are saved until the state transfer ends (`save_plocks`).
+    save_plocks: bool,
+    saved: Vec<Saved>,
+    plock_replies: Vec<dlm_plock::Reply>,
 }
 
 impl Ls {
@@ -93,9 +113,12 @@ impl Ls {
                     let _ = self.group.mcast(&body.encode(&header));
                     Ok(())
                 }
-                Effect::Started { .. } => {
-                    // no plock path yet: alone, we are the data node
-                    self.mem.plocks_ready();
+                Effect::Started {
+                    plock_data_node,
+                    nodes_added,
+                    ..
+                } => {
+                    self.prepare_plocks(plock_data_node, nodes_added);
                     Ok(())
                 }
                 Effect::Left => {
@@ -103,7 +126,14 @@ impl Ls {
                     startup::set_members(&self.seam, &self.text, &[], &[], |_| 0)
                         .and_then(|()| self.seam.sysfs_write(&self.name, "event_done", "0"))
                 }
-                Effect::PurgePlocks(_) | Effect::KickNode(_) => Ok(()),
+                Effect::PurgePlocks(n) => {
+                    let mut out = std::mem::take(&mut self.plock_replies);
+                    self.plocks.purge_node(now_ms(), n, &mut out);
+                    self.plock_replies = out;
+                    self.write_replies();
+                    Ok(())
+                }
+                Effect::KickNode(_) => Ok(()),
             };
             if let Err(e) = r {
                 eprintln!("dlm_controld: {}: {e}", self.text);
@@ -134,6 +164,130 @@ impl Ls {
             self.seam.sysfs_write(&self.name, "event_done", "0")?;
         }
         Ok(())
+    }
+
+    fn header(&self, t: MsgType) -> DlmHeader {
+        DlmHeader {
+            global_id: self.gid,
+            ..DlmHeader::new(Version3([3, 1, 1]), t, self.our)
+        }
+    }
+
+    /// A kernel request: multicast it; it is applied when CPG delivers it back.
+    fn send_plock(&mut self, info: &PlockInfo) {
+        let bytes = encode_plock_msg(&self.header(MsgType::PLOCK), info);
+        if let Err(e) = self.group.mcast(&bytes) {
+            eprintln!("dlm_controld: {}: plock multicast: {e}", self.text);
+        }
+    }
+
+    /// `_receive_plock` gating (cpg.c `deliver_cb`): ignored before our snapshot point,
+    /// saved during the transfer, applied otherwise.
+    fn deliver_plock(&mut self, from: u32, info: PlockInfo) {
+        if self.need_plocks && !self.save_plocks {
+            return;
+        }
+        if self.save_plocks {
+            self.saved.push(Saved { from, info });
+            return;
+        }
+        self.apply_plock(from, &info);
+    }
+
+    fn apply_plock(&mut self, from: u32, info: &PlockInfo) {
+        let mut out = std::mem::take(&mut self.plock_replies);
+        if let Err(e) = self.plocks.apply(now_ms(), from, info, &mut out) {
+            eprintln!("dlm_controld: {}: {e}", self.text);
+        }
+        self.plock_replies = out;
+        self.write_replies();
+    }
+
+    fn write_replies(&mut self) {
+        for r in self.plock_replies.drain(..) {
+            if let Some(dev) = self.ctx.device.as_ref() {
+                if let Err(e) = dev.write_record(&r.info.encode()) {
+                    eprintln!("dlm_controld: plock reply: {e}");
+                }
+            }
+        }
+    }
+
+    /// `prepare_plocks` after a kernel start.
+    fn prepare_plocks(&mut self, data_node: u32, nodes_added: bool) {
+        if self.mem.started_members().len() == 1 || data_node == 0 {
+            // alone, or nobody has plock state: nothing to transfer. Unlike C, a joiner
+            // left alone stops saving (plock-spec §5.8, case 3) and applies what it saved.
+            self.finish_transfer();
+            return;
+        }
+        if self.need_plocks {
+            self.save_plocks = true;
+            return;
+        }
+        if data_node != self.our {
+            return;
+        }
+        let Some((seq, body)) = self.mem.started_body() else {
+            return;
+        };
+        let mut sent = 0u32;
+        if nodes_added {
+            sent = self.send_plocks_data(seq);
+        }
+        self.send_plocks_done(seq, sent, &body);
+    }
+
+    /// `send_all_plocks_data`: the snapshot, one PLOCKS_DATA per chunk.
+    fn send_plocks_data(&mut self, seq: u32) -> u32 {
+        let header = DlmHeader {
+            msgdata: seq,
+            ..self.header(MsgType::PLOCKS_DATA)
+        };
+        let chunks: Vec<(ResourceData, Vec<PlockData>)> = self
+            .plocks
+            .snapshot()
+            .map(|c| (c.resource, c.entries().collect()))
+            .collect();
+        let mut n = 0u32;
+        for (resource, entries) in chunks {
+            let mut w = PlocksDataWriter::new(&header, resource);
+            for e in entries {
+                w.push(e);
+            }
+            if let Err(e) = self.group.mcast(w.as_bytes()) {
+                eprintln!("dlm_controld: {}: plock state multicast: {e}", self.text);
+            }
+            n += 1;
+        }
+        n
+    }
+
+    fn send_plocks_done(&mut self, seq: u32, count: u32, body: &StartBody) {
+        let header = DlmHeader {
+            flags: HeaderFlags(HeaderFlags::HAVEPLOCK),
+            msgdata: seq,
+            msgdata2: count,
+            ..self.header(MsgType::PLOCKS_DONE)
+        };
+        let _ = self.group.mcast(&body.encode(&header));
+    }
+
+    /// `receive_plocks_done`: the state is complete; replay what was saved.
+    fn plocks_done(&mut self) {
+        if !(self.need_plocks && self.save_plocks) {
+            return;
+        }
+        self.finish_transfer();
+    }
+
+    fn finish_transfer(&mut self) {
+        self.need_plocks = false;
+        self.save_plocks = false;
+        self.mem.plocks_ready();
+        for s in std::mem::take(&mut self.saved) {
+            self.apply_plock(s.from, &s.info);
+        }
     }
 
     fn drain(&mut self) {
@@ -171,13 +325,43 @@ impl Ls {
                 Event::Deliver {
                     nodeid, payload, ..
                 } => match Message::decode(&payload) {
-                    Ok(Message {
-                        header,
-                        body: Body::Start(c),
-                    }) if header.nodeid == nodeid => {
-                        self.mem
-                            .handle_start(&env, nodeid, header.flags.0, header.msgdata, &c)
+                    // validated as deliver_cb does: sender, and the negotiated major.minor
+                    Ok(Message { header, body })
+                        if header.nodeid == nodeid && header.version.0[..2] == [3, 1] =>
+                    {
+                        match body {
+                            Body::Start(c) => self.mem.handle_start(
+                                &env,
+                                nodeid,
+                                header.flags.0,
+                                header.msgdata,
+                                &c,
+                            ),
+                            Body::Plock(info) => {
+                                self.deliver_plock(nodeid, info);
+                                Vec::new()
+                            }
+                            Body::PlocksData(d) => {
+                                if self.need_plocks && self.save_plocks {
+                                    if let Err(e) =
+                                        self.plocks.restore(now_ms(), d.resource, d.entries())
+                                    {
+                                        eprintln!(
+                                            "dlm_controld: {}: plock state from {nodeid}: {e}",
+                                            self.text
+                                        );
+                                    }
+                                }
+                                Vec::new()
+                            }
+                            Body::PlocksDone(_) => {
+                                self.plocks_done();
+                                Vec::new()
+                            }
+                            _ => Vec::new(),
+                        }
                     }
+                    // foreign or malformed: dropped
                     _ => Vec::new(),
                 },
             };
@@ -216,8 +400,13 @@ pub(crate) async fn run(
         group,
         mem: Membership::joining(ctx.our),
         ring: 0,
+        plocks: PlockTable::new(ctx.our, global_id(&name)),
         ctx: ctx.clone(),
         left: false,
+        need_plocks: true,
+        save_plocks: false,
+        saved: Vec::new(),
+        plock_replies: Vec::new(),
     };
     ls.drain();
     while !ls.left {
@@ -236,6 +425,7 @@ pub(crate) async fn run(
                     let fx = ls.mem.poll(&env);
                     ls.perform(fx);
                 }
+                Some(LsCommand::Plock(info)) => ls.send_plock(&info),
                 Some(LsCommand::Leave) => {
                     ls.mem.leave();
                     if let Err(e) = ls.group.leave() {
@@ -255,4 +445,14 @@ pub(crate) async fn run(
         let _ = ls.group.flush().await;
     }
     let _ = ls.ctx.done.send(text);
+}
+
+/// Monotonic milliseconds, for plock ages.
+fn now_ms() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| {
+            u64::try_from(t.tv_sec()).unwrap_or(0) * 1000
+                + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000_000
+        })
+        .unwrap_or(0)
 }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::{CorosyncServices, LsGroup, QuorumState};
@@ -24,7 +25,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
 use crate::daemon_proto::{DaemonProtocol, Out, QuorumView};
-use crate::kernel::{KernelRoot, SeamError};
+use crate::kernel::{KernelRoot, MiscDevice, SeamError};
 
 pub use lockspace::LsCommand;
 
@@ -233,10 +234,16 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     tokio::time::timeout(Duration::from_secs(60), negotiated)
         .await
         .map_err(|_| DaemonError::Unsupported("daemon protocol negotiation within 60 s"))??;
-    // 5. uevents, then the loop
+    // 5. the plock device, uevents, then the loop
+    let device = if args.config.options.on(crate::config::Opt::EnablePlock) {
+        Some(Arc::new(seam.open_misc("dlm_plock")?))
+    } else {
+        None
+    };
     let uevents = seam.open_uevents()?;
     main_loop(
         &args,
+        device,
         &seam,
         uevents,
         our,
@@ -309,6 +316,7 @@ impl Comms {
 #[allow(clippy::too_many_arguments)] // the daemon's state, handed over once
 async fn main_loop(
     args: &DaemonArgs,
+    device: Option<Arc<MiscDevice>>,
     seam: &KernelRoot,
     uevents: crate::kernel::UeventSource,
     our: u32,
@@ -339,7 +347,20 @@ async fn main_loop(
         quorate_since: monotonic_secs(),
         two_node: services.as_ref().is_some_and(|s| s.two_node),
     };
+    let plock_fd = match device.as_ref() {
+        // SAFETY: the Arc keeps the device (and its descriptor) open for as long as the
+        // AsyncFd that owns this clone of it.
+        Some(d) => Some(
+            unsafe {
+                AsyncFd::register_with_interest(PlockFd(d.clone()), tokio::io::Interest::READABLE)
+            }
+            .map_err(|e| DaemonError::Io("plock device registration", e.into()))?,
+        ),
+        None => None,
+    };
+    let mut fsids: BTreeMap<u32, String> = BTreeMap::new();
     let ctx = LsContext {
+        device: device.clone(),
         seam: seam.clone(),
         our,
         embedded,
@@ -355,7 +376,7 @@ async fn main_loop(
                 let Ok(mut guard) = r else { continue };
                 match guard.get_inner().0.try_recv() {
                     Ok(bytes) if bytes.is_empty() => return Err(DaemonError::Io("uevent source", io::Error::from(io::ErrorKind::UnexpectedEof))),
-                    Ok(bytes) => handle_uevent(args, &ctx, &bytes, &mut lockspaces),
+                    Ok(bytes) => handle_uevent(args, &ctx, &bytes, &mut lockspaces, &mut fsids),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
                     Err(e) => return Err(DaemonError::Io("uevent source", e)),
                 }
@@ -373,6 +394,23 @@ async fn main_loop(
             }
             Some(name) = done_rx.recv() => {
                 lockspaces.remove(&name);
+                fsids.retain(|_, n| *n != name);
+            }
+            r = readable(plock_fd.as_ref()) => {
+                let Ok(mut guard) = r else { continue };
+                // every request queued, per wakeup (C reads one per poll)
+                loop {
+                    let mut buf = [0u8; 128];
+                    match guard.get_inner().0.try_read_record(&mut buf) {
+                        Ok(0) => return Err(DaemonError::Io("plock device", io::Error::from(io::ErrorKind::UnexpectedEof))),
+                        Ok(n) => plock_request(&buf[..n], our, &fsids, &lockspaces, &guard.get_inner().0),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            guard.clear_ready();
+                            break;
+                        }
+                        Err(e) => return Err(DaemonError::Io("plock device", e)),
+                    }
+                }
             }
             _ = tick.tick() => {
                 if let Some(s) = services.as_mut() {
@@ -418,6 +456,8 @@ pub(crate) struct LsContext {
     pub(crate) embedded: bool,
     pub(crate) quorum: watch::Receiver<QuorumState>,
     pub(crate) done: mpsc::UnboundedSender<String>,
+    /// The plock device, for replies (`None` with `enable_plock=0`).
+    pub(crate) device: Option<Arc<MiscDevice>>,
 }
 
 fn handle_uevent(
@@ -425,6 +465,7 @@ fn handle_uevent(
     ctx: &LsContext,
     bytes: &[u8],
     lockspaces: &mut BTreeMap<String, mpsc::UnboundedSender<LsCommand>>,
+    fsids: &mut BTreeMap<u32, String>,
 ) {
     let Ok(ev) = Uevent::parse(bytes) else { return };
     let name = ev.lockspace.to_str_lossy().into_owned();
@@ -441,6 +482,7 @@ fn handle_uevent(
                 .cloned()
                 .unwrap_or_default();
             let (tx, rx) = mpsc::unbounded_channel();
+            fsids.insert(dlm_proto::wire::global_id(&ev.lockspace), name.clone());
             lockspaces.insert(name, tx);
             tokio::spawn(lockspace::run(ev.lockspace, conf, ctx.clone(), rx));
         }
@@ -449,5 +491,62 @@ fn handle_uevent(
                 let _ = tx.send(LsCommand::Leave);
             }
         }
+    }
+}
+
+struct PlockFd(Arc<MiscDevice>);
+
+impl AsRawFd for PlockFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// Readiness of an optional fd (never ready when absent).
+async fn readable(
+    fd: Option<&AsyncFd<PlockFd>>,
+) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>> {
+    match fd {
+        Some(fd) => fd.readable().await,
+        None => std::future::pending().await,
+    }
+}
+
+const EEXIST: i32 = 17;
+
+/// One record from the plock device (`process_plocks`): to its lockspace's task, or an
+/// early error reply. Malformed records are dropped (the kernel never sends them).
+fn plock_request(
+    bytes: &[u8],
+    our: u32,
+    fsids: &BTreeMap<u32, String>,
+    lockspaces: &BTreeMap<String, mpsc::UnboundedSender<LsCommand>>,
+    device: &MiscDevice,
+) {
+    let mut info = match dlm_proto::kernel::PlockInfo::decode(bytes) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("dlm_controld: dropped a plock record: {e}");
+            return;
+        }
+    };
+    info.nodeid = i32::try_from(our).unwrap_or(0);
+    let task = fsids.get(&info.fsid).and_then(|n| lockspaces.get(n));
+    match task {
+        Some(tx) => {
+            let _ = tx.send(LsCommand::Plock(info));
+        }
+        None if !info.flags.close() => {
+            // no lockspace with that fsid (C crashes here)
+            let reply = dlm_proto::kernel::PlockInfo {
+                rv: -EEXIST,
+                ..info
+            };
+            if let Err(e) = device.write_record(&reply.encode()) {
+                eprintln!("dlm_controld: plock reply: {e}");
+            }
+        }
+        None => {}
     }
 }

@@ -1,0 +1,189 @@
+//! The plock path on one node (embedded group) through the fake kernel's device: lock,
+//! conflict, GET, a blocking lock granted by the unlock, CLOSE (no reply), an unknown
+//! lockspace (-EEXIST), bad records dropped without losing the next, and replies to a burst
+//! of non-blocking requests in request order.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_proto::wire::global_id;
+use dlm_tests::{FakeKernel, Record};
+
+const T: Duration = Duration::from_secs(20);
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn req(
+    op: PlockOp,
+    owner: u64,
+    ex: bool,
+    wait: bool,
+    start: u64,
+    end: u64,
+    fsid: u32,
+) -> PlockInfo {
+    PlockInfo {
+        version: PLOCK_VERSION,
+        op,
+        ex,
+        wait,
+        flags: PlockFlags(0),
+        pid: u32::try_from(owner).expect("small") + 100,
+        nodeid: 0,
+        rv: 0,
+        fsid,
+        number: 5,
+        start,
+        end,
+        owner,
+    }
+}
+
+fn reply(k: &FakeKernel) -> PlockInfo {
+    let raw = k.recv_plock_raw(T).expect("a reply");
+    PlockInfo::decode(&raw).expect("a plock record")
+}
+
+#[test]
+fn plocks_through_the_device() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-plock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let _d = Daemon(
+        Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
+            .args([
+                "--kernel-root",
+                &dir.display().to_string(),
+                "--cluster",
+                "embedded",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dlm_controld"),
+    );
+    assert!(k.wait_daemon(T));
+    assert!(k.announce("foo").expect("announce"));
+    assert!(
+        k.wait_records(T, |r| r.iter().any(
+            |x| matches!(x, Record::Write(p, _) if p.ends_with("foo/event_done"))
+        ))
+    );
+    let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
+
+    // owner 1 write-locks 0-9: granted, echoed with our nodeid
+    let a = req(PlockOp::LOCK, 1, true, false, 0, 9, fsid);
+    k.send_plock(&a).expect("send");
+    assert_eq!(
+        reply(&k),
+        PlockInfo {
+            nodeid: 1,
+            rv: 0,
+            ..a
+        }
+    );
+    // owner 2 conflicts
+    let b = req(PlockOp::LOCK, 2, true, false, 5, 5, fsid);
+    k.send_plock(&b).expect("send");
+    assert_eq!(reply(&k).rv, -11);
+    // GET reports owner 1's lock
+    let g = req(PlockOp::GET, 2, true, false, 0, 100, fsid);
+    k.send_plock(&g).expect("send");
+    let r = reply(&k);
+    assert_eq!(
+        (r.rv, r.start, r.end, r.pid, r.ex, r.owner),
+        (1, 0, 9, 101, true, 2)
+    );
+    // owner 2 waits; owner 1's unlock is answered, then owner 2's lock
+    let w = req(PlockOp::LOCK, 2, true, true, 5, 5, fsid);
+    k.send_plock(&w).expect("send");
+    assert!(
+        k.recv_plock_raw(Duration::from_millis(300)).is_none(),
+        "a blocked lock was answered"
+    );
+    let u = req(PlockOp::UNLOCK, 1, false, false, 0, 9, fsid);
+    k.send_plock(&u).expect("send");
+    assert_eq!(
+        reply(&k),
+        PlockInfo {
+            nodeid: 1,
+            rv: 0,
+            ..u
+        }
+    );
+    assert_eq!(
+        reply(&k),
+        PlockInfo {
+            nodeid: 1,
+            rv: 0,
+            ..w
+        }
+    );
+    // close: no reply
+    let c = PlockInfo {
+        flags: PlockFlags(PlockFlags::CLOSE),
+        ..req(
+            PlockOp::UNLOCK,
+            2,
+            false,
+            false,
+            0,
+            0x7fff_ffff_ffff_ffff,
+            fsid,
+        )
+    };
+    k.send_plock(&c).expect("send");
+    // unknown lockspace: -EEXIST
+    let x = req(PlockOp::LOCK, 3, true, false, 0, 0, fsid ^ 1);
+    k.send_plock(&x).expect("send");
+    assert_eq!(reply(&k).rv, -17);
+    // bad records are dropped; the next request is still served
+    k.send_plock_raw(&[0u8; 10]).expect("send");
+    let mut bad = a.encode();
+    bad[0] = 9; // version 9.x
+    k.send_plock_raw(&bad).expect("send");
+    let ok = req(PlockOp::GET, 4, true, false, 0, 100, fsid);
+    k.send_plock(&ok).expect("send");
+    assert_eq!(
+        reply(&k),
+        PlockInfo {
+            nodeid: 1,
+            rv: 0,
+            ..ok
+        },
+        "the close really unlocked"
+    );
+
+    // a burst of non-blocking requests on one fsid: replies in request order
+    let burst: Vec<PlockInfo> = (0..200u64)
+        .map(|i| match i % 3 {
+            0 => req(PlockOp::LOCK, 10 + i, i % 2 == 0, false, i, i + 10, fsid),
+            1 => req(PlockOp::GET, 10 + i, true, false, 0, 1000, fsid),
+            _ => req(PlockOp::UNLOCK, 10 + i - 2, false, false, 0, 1000, fsid),
+        })
+        .collect();
+    for r in &burst {
+        k.send_plock(r).expect("send");
+    }
+    for (i, r) in burst.iter().enumerate() {
+        let got = reply(&k);
+        // (a GET carries the conflicting lock's range and pid: compare op and owner)
+        assert_eq!(
+            (got.op, got.owner),
+            (r.op, r.owner),
+            "reply {i} out of order"
+        );
+    }
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
