@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_tests::{FakeKernel, Record};
 use support::Cluster;
 
@@ -58,10 +59,10 @@ fn members(records: &[Record]) -> Vec<u32> {
     m
 }
 
-#[test]
-fn three_daemons_join_and_survive_a_node_failure() {
-    let mut c = Cluster::start("dmn", 3);
-    let base = std::env::temp_dir().join(format!("dlm-daemon-cl-{}", std::process::id()));
+/// Three corosync nodes, a fake kernel and a daemon on each.
+fn start_all(tag: &str) -> (Cluster, PathBuf, Vec<FakeKernel>, Vec<Daemon>) {
+    let c = Cluster::start(tag, 3);
+    let base = std::env::temp_dir().join(format!("dlm-daemon-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let roots: Vec<PathBuf> = (1..=3).map(|k| base.join(format!("n{k}"))).collect();
     let kernels: Vec<FakeKernel> = roots
@@ -99,6 +100,12 @@ fn three_daemons_join_and_survive_a_node_failure() {
         }
         daemons.push(up.unwrap_or_else(|| panic!("daemon {k} did not come up")));
     }
+    (c, base, kernels, daemons)
+}
+
+#[test]
+fn three_daemons_join_and_survive_a_node_failure() {
+    let (mut c, base, kernels, mut daemons) = start_all("dmn");
     // every daemon wrote a comms entry for every node, local only for itself
     for (i, k) in kernels.iter().enumerate() {
         let node = i + 1;
@@ -169,6 +176,92 @@ fn three_daemons_join_and_survive_a_node_failure() {
             writes(&k.records(), "sys/kernel/dlm/foo/control")
         );
     }
+    drop(daemons);
+    drop(kernels);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn req(op: PlockOp, owner: u64, number: u64, wait: bool, start: u64, end: u64) -> PlockInfo {
+    PlockInfo {
+        version: PLOCK_VERSION,
+        op,
+        ex: true,
+        wait,
+        flags: PlockFlags(0),
+        pid: u32::try_from(owner).expect("small"),
+        nodeid: 0,
+        rv: 0,
+        fsid: 0x6ce2_339d,
+        number,
+        start,
+        end,
+        owner,
+    }
+}
+
+fn reply(k: &FakeKernel) -> PlockInfo {
+    PlockInfo::decode(&k.recv_plock_raw(T).expect("a reply")).expect("a plock record")
+}
+
+fn join(k: &FakeKernel) {
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_records(T, |r| {
+        !writes(r, "sys/kernel/dlm/foo/event_done").is_empty()
+    }));
+}
+
+/// Plocks conflict across nodes, a waiter on one node is granted by an unlock on another,
+/// and a node that joins later receives the whole table (state transfer).
+#[test]
+fn plocks_across_nodes_and_state_transfer() {
+    let (_c, base, kernels, daemons) = start_all("plk");
+    join(&kernels[0]);
+    join(&kernels[1]);
+    assert!(kernels[1].wait_records(T, |r| members(r) == vec![1, 2]));
+    let (k1, k2, k3) = (&kernels[0], &kernels[1], &kernels[2]);
+    k1.send_plock(&req(PlockOp::LOCK, 7, 5, false, 0, 9))
+        .expect("send");
+    assert_eq!(reply(k1).rv, 0);
+    // same owner value on another node is another owner: it conflicts
+    k2.send_plock(&req(PlockOp::LOCK, 7, 5, false, 5, 5))
+        .expect("send");
+    assert_eq!(reply(k2).rv, -11);
+    k2.send_plock(&req(PlockOp::LOCK, 8, 5, true, 5, 5))
+        .expect("send");
+    for n in 100..150u64 {
+        k1.send_plock(&req(PlockOp::LOCK, 9, n, false, n, n + 1))
+            .expect("send");
+        assert_eq!(reply(k1).rv, 0);
+    }
+    // node 3 joins now and must receive node 1's locks and node 2's waiter
+    join(k3);
+    assert!(k3.wait_records(T, |r| members(r) == vec![1, 2, 3]));
+    k3.send_plock(&req(PlockOp::GET, 1, 5, false, 0, 100))
+        .expect("send");
+    let g = reply(k3);
+    assert_eq!(
+        (g.rv, g.start, g.end),
+        (1, 0, 9),
+        "node 3 does not see node 1's lock"
+    );
+    k3.send_plock(&req(PlockOp::GET, 1, 123, false, 0, 1000))
+        .expect("send");
+    let g = reply(k3);
+    assert_eq!((g.rv, g.start, g.end), (1, 123, 124));
+    // node 1 unlocks: node 2's waiter is granted on node 2, and node 3 agrees
+    k1.send_plock(&req(PlockOp::UNLOCK, 7, 5, false, 0, 9))
+        .expect("send");
+    assert_eq!(reply(k1).rv, 0);
+    let w = reply(k2);
+    assert_eq!((w.op, w.wait, w.rv, w.owner), (PlockOp::LOCK, true, 0, 8));
+    k3.send_plock(&req(PlockOp::GET, 1, 5, false, 0, 100))
+        .expect("send");
+    let g = reply(k3);
+    assert_eq!(
+        (g.rv, g.start, g.end, g.pid),
+        (1, 5, 5, 8),
+        "node 3 missed the waiter"
+    );
     drop(daemons);
     drop(kernels);
     let _ = std::fs::remove_dir_all(&base);
