@@ -266,3 +266,47 @@ fn plocks_across_nodes_and_state_transfer() {
     drop(kernels);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A node cut off into a minority partition purges the others at its membership change,
+/// but without quorum it must not grant anything: its waiter, blocked by a node it can no
+/// longer see, stays blocked (C would grant it at once).
+#[test]
+fn minority_partition_grants_nothing() {
+    let (c, base, kernels, daemons) = start_all("min");
+    for k in &kernels {
+        join(k);
+    }
+    assert!(kernels[0].wait_records(T, |r| members(r) == vec![1, 2, 3]));
+    let (k1, k3) = (&kernels[0], &kernels[2]);
+    k3.send_plock(&req(PlockOp::LOCK, 3, 5, false, 0, 9))
+        .expect("send");
+    assert_eq!(reply(k3).rv, 0);
+    k1.send_plock(&req(PlockOp::LOCK, 1, 5, true, 0, 9))
+        .expect("send");
+    assert!(k1.recv_plock_raw(Duration::from_millis(300)).is_none());
+    // cut node 1 off: it sees nodes 2 and 3 go and stops the lockspace
+    c.link(1, false);
+    let stopped = |r: &[Record]| {
+        writes(r, "sys/kernel/dlm/foo/control")
+            .concat()
+            .ends_with(b"1\x000\x00")
+    };
+    assert!(
+        k1.wait_records(T, stopped),
+        "node 1 never stopped: {:?}",
+        writes(&k1.records(), "sys/kernel/dlm/foo/control")
+    );
+    // it purged node 3's lock at its change, but holds the grant while it has no quorum
+    let got = k1
+        .recv_plock_raw(Duration::from_secs(3))
+        .map(|r| PlockInfo::decode(&r));
+    assert!(
+        got.is_none(),
+        "a minority partition granted a lock the majority may grant too: {got:?}; control {:?}",
+        writes(&k1.records(), "sys/kernel/dlm/foo/control")
+    );
+    drop(daemons);
+    drop(kernels);
+    drop(c);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -35,6 +35,14 @@ struct Saved {
     info: PlockInfo,
 }
 
+/// Plock work held while the lockspace is stopped for a membership change: applied in
+/// delivery order when the change completes (quorum and fencing allowed it).
+#[derive(Debug, Clone)]
+enum Held {
+    Plock(u32, PlockInfo),
+    Purge(u32),
+}
+
 /// Fencing is not implemented yet: nothing to wait for (the daemon runs as with
 /// `enable_fencing=0`).
 #[derive(Debug)]
@@ -71,6 +79,7 @@ struct Ls {
     /// Plock messages are saved until the state transfer ends (`save_plocks`).
     save_plocks: bool,
     saved: Vec<Saved>,
+    held: Vec<Held>,
     plock_replies: Vec<dlm_plock::Reply>,
 }
 
@@ -127,16 +136,34 @@ impl Ls {
                         .and_then(|()| self.seam.sysfs_write(&self.name, "event_done", "0"))
                 }
                 Effect::PurgePlocks(n) => {
-                    let mut out = std::mem::take(&mut self.plock_replies);
-                    self.plocks.purge_node(now_ms(), n, &mut out);
-                    self.plock_replies = out;
-                    self.write_replies();
+                    // the kernel was just stopped: held with the messages, in order
+                    self.held.push(Held::Purge(n));
                     Ok(())
                 }
                 Effect::KickNode(_) => Ok(()),
             };
             if let Err(e) = r {
                 eprintln!("dlm_controld: {}: {e}", self.text);
+            }
+            if !self.mem.kernel_stopped() {
+                self.release_held();
+            }
+        }
+    }
+
+    /// Applies what was held while the lockspace was stopped (safety beyond C: a purge
+    /// followed by grants waits until quorum and fencing let the lockspace start, so a
+    /// minority partition cannot grant a range the majority also grants).
+    fn release_held(&mut self) {
+        for h in std::mem::take(&mut self.held) {
+            match h {
+                Held::Plock(from, info) => self.apply_plock(from, &info),
+                Held::Purge(n) => {
+                    let mut out = std::mem::take(&mut self.plock_replies);
+                    self.plocks.purge_node(now_ms(), n, &mut out);
+                    self.plock_replies = out;
+                    self.write_replies();
+                }
             }
         }
     }
@@ -189,6 +216,10 @@ impl Ls {
         }
         if self.save_plocks {
             self.saved.push(Saved { from, info });
+            return;
+        }
+        if self.mem.kernel_stopped() {
+            self.held.push(Held::Plock(from, info));
             return;
         }
         self.apply_plock(from, &info);
@@ -303,9 +334,15 @@ impl Ls {
             let fx = match ev {
                 Event::Totem { ring, .. } => {
                     self.ring = ring.seq;
-                    let env = Env {
-                        cluster_ring_seq: ring.seq,
-                        ..env
+                    // only the embedded group takes its own ring as the cluster's; on
+                    // corosync the quorum service's ring must catch up (check_ringid_done)
+                    let env = if self.ctx.embedded {
+                        Env {
+                            cluster_ring_seq: ring.seq,
+                            ..env
+                        }
+                    } else {
+                        env
                     };
                     self.mem.handle_totem(&env, ring.seq)
                 }
@@ -406,6 +443,7 @@ pub(crate) async fn run(
         need_plocks: true,
         save_plocks: false,
         saved: Vec::new(),
+        held: Vec::new(),
         plock_replies: Vec::new(),
     };
     ls.drain();
