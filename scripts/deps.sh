@@ -15,6 +15,7 @@ packages=(
     libdlmcontrol-dev             # libdlmcontrol.h (dlmc_lockspace, dlmc_node)
     corosync libcpg-dev libcmap-dev libquorum-dev libvotequorum-dev libcfg-dev
     iproute2                      # network namespaces for the multi-node tests
+    dlm-controld                  # the real dlm_tool 4.2.0, a client of our daemon in tests
 )
 echo "installing system packages (apt-get)…"
 apt-get update -qq

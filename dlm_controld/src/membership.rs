@@ -131,6 +131,27 @@ impl Change {
     }
 }
 
+/// A change as queries report it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChangeInfo {
+    /// Members.
+    pub member_count: i32,
+    /// Joined.
+    pub joined_count: i32,
+    /// Removed.
+    pub remove_count: i32,
+    /// Failed.
+    pub failed_count: i32,
+    /// Its seq.
+    pub seq: u32,
+    /// The oldest change folded into it (started) or the oldest pending one (next).
+    pub combined_seq: u32,
+    /// Waiting for START messages.
+    pub wait_messages: bool,
+    /// Member nodeids, in CPG order.
+    pub members: Vec<u32>,
+}
+
 /// Per-node history of the lockspace (`struct node`).
 #[derive(Debug, Clone, Default)]
 pub struct NodeHistory {
@@ -214,6 +235,40 @@ impl Membership {
     /// The started change as START/PLOCKS_DONE carry it (for PLOCKS_DONE), with its seq.
     pub fn started_body(&self) -> Option<(u32, StartBody)> {
         self.started.as_ref().map(|c| (c.seq, self.body(c)))
+    }
+
+    /// The started and newest pending changes as `dlm_tool ls` shows them
+    /// (`set_lockspace_info`): counts, seqs, and what the pending change waits for.
+    pub fn query_changes(&self) -> (Option<ChangeInfo>, Option<ChangeInfo>) {
+        let info = |c: &Change, combined: u32, waiting: bool| ChangeInfo {
+            member_count: c.member_count,
+            joined_count: c.joined_count,
+            remove_count: c.remove_count,
+            failed_count: c.failed_count,
+            seq: c.seq,
+            combined_seq: combined,
+            wait_messages: waiting && c.state == State::WaitMessages,
+            members: c.members.iter().map(|m| m.nodeid).collect(),
+        };
+        let prev = self
+            .started
+            .as_ref()
+            .map(|c| info(c, c.combined_seq, false));
+        let next = self
+            .changes
+            .last()
+            .map(|c| info(c, self.changes.first().map_or(c.seq, |o| o.seq), true));
+        (prev, next)
+    }
+
+    /// We are still joining (no kernel start yet).
+    pub fn is_joining(&self) -> bool {
+        self.joining
+    }
+
+    /// We asked to leave.
+    pub fn is_leaving(&self) -> bool {
+        self.leaving
     }
 
     /// Number of kernel starts (`started_count`).

@@ -18,7 +18,7 @@ use crate::kernel::KernelRoot;
 use crate::membership::{Effect, Env, FenceView, Membership};
 
 /// What the main task tells a lockspace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum LsCommand {
     /// Retry a waiting change (once a second).
     Poll,
@@ -26,6 +26,23 @@ pub enum LsCommand {
     Leave,
     /// A plock request read from the kernel (nodeid already ours).
     Plock(PlockInfo),
+    /// A query: the lockspace's state for `dlm_tool ls`.
+    Query(tokio::sync::oneshot::Sender<LsReport>),
+    /// A query: the plock table as `dlm_tool plocks` prints it.
+    DumpPlocks(tokio::sync::oneshot::Sender<String>),
+}
+
+/// A lockspace as the query sockets report it.
+#[derive(Debug, Clone)]
+pub struct LsReport {
+    /// The `dlmc_lockspace` record.
+    pub info: dlm_proto::query::DlmcLockspace,
+    /// Members of the started change.
+    pub members: Vec<u32>,
+    /// Members of the newest pending change.
+    pub next_members: Vec<u32>,
+    /// Node history for node queries.
+    pub history: Vec<(u32, crate::membership::NodeHistory)>,
 }
 
 /// A plock-related message saved while we wait for the state transfer.
@@ -191,6 +208,57 @@ impl Ls {
             self.seam.sysfs_write(&self.name, "event_done", "0")?;
         }
         Ok(())
+    }
+
+    /// `set_lockspace_info`
+    fn report(&self) -> LsReport {
+        use dlm_proto::query::{DlmcChange, DlmcLockspace, LockspaceFlags, WaitCondition};
+        let (prev, next) = self.mem.query_changes();
+        let change = |c: &Option<crate::membership::ChangeInfo>, wait: WaitCondition| {
+            c.as_ref().map_or_else(DlmcChange::default, |c| DlmcChange {
+                member_count: c.member_count,
+                joined_count: c.joined_count,
+                remove_count: c.remove_count,
+                failed_count: c.failed_count,
+                wait_condition: wait,
+                wait_messages: c.wait_messages,
+                seq: c.seq,
+                combined_seq: c.combined_seq,
+            })
+        };
+        let mut flags = 0;
+        if self.mem.is_joining() {
+            flags |= LockspaceFlags::JOINING;
+        }
+        if self.mem.is_leaving() {
+            flags |= LockspaceFlags::LEAVING;
+        }
+        if self.mem.kernel_stopped() {
+            flags |= LockspaceFlags::KERNEL_STOPPED;
+        }
+        if self.need_plocks {
+            flags |= LockspaceFlags::NEED_PLOCKS;
+        }
+        if self.save_plocks {
+            flags |= LockspaceFlags::SAVE_PLOCKS;
+        }
+        LsReport {
+            info: DlmcLockspace {
+                cg_prev: change(&prev, WaitCondition::None),
+                cg_next: change(&next, self.mem.wait_condition()),
+                flags: LockspaceFlags(flags),
+                global_id: self.gid,
+                name: self.name,
+            },
+            members: prev.map(|c| c.members).unwrap_or_default(),
+            next_members: next.map(|c| c.members).unwrap_or_default(),
+            history: self
+                .mem
+                .history()
+                .iter()
+                .map(|(n, h)| (*n, h.clone()))
+                .collect(),
+        }
     }
 
     fn header(&self, t: MsgType) -> DlmHeader {
@@ -464,6 +532,12 @@ pub(crate) async fn run(
                     ls.perform(fx);
                 }
                 Some(LsCommand::Plock(info)) => ls.send_plock(&info),
+                Some(LsCommand::Query(reply)) => {
+                    let _ = reply.send(ls.report());
+                }
+                Some(LsCommand::DumpPlocks(reply)) => {
+                    let _ = reply.send(ls.plocks.dump_text());
+                }
                 Some(LsCommand::Leave) => {
                     ls.mem.leave();
                     if let Err(e) = ls.group.leave() {

@@ -7,6 +7,7 @@
 
 mod cluster;
 mod lockspace;
+mod query;
 mod startup;
 
 use std::collections::BTreeMap;
@@ -27,7 +28,7 @@ use crate::config::Config;
 use crate::daemon_proto::{DaemonProtocol, Out, QuorumView};
 use crate::kernel::{KernelRoot, MiscDevice, SeamError};
 
-pub use lockspace::LsCommand;
+pub use lockspace::{LsCommand, LsReport};
 
 /// Which group implementation carries the daemon's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,7 +335,17 @@ async fn main_loop(
         AsyncFd::register_with_interest(UeventFd(uevents), tokio::io::Interest::READABLE)
     }
     .map_err(|e| DaemonError::Io("uevent registration", e.into()))?;
-    let mut lockspaces: BTreeMap<String, mpsc::UnboundedSender<LsCommand>> = BTreeMap::new();
+    let registry: query::Registry = Arc::default();
+    match query::bind() {
+        Ok(l) => {
+            tokio::spawn(query::serve(
+                l,
+                registry.clone(),
+                Arc::new(args.config.options.dump()),
+            ));
+        }
+        Err(e) => return Err(DaemonError::Io("query socket \\0dlmc_query_sock", e)),
+    }
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -368,7 +379,7 @@ async fn main_loop(
         done: done_tx,
     };
     loop {
-        if quit && lockspaces.is_empty() {
+        if quit && registry.lock().is_ok_and(|m| m.is_empty()) {
             return Ok(());
         }
         tokio::select! {
@@ -376,7 +387,7 @@ async fn main_loop(
                 let Ok(mut guard) = r else { continue };
                 match guard.get_inner().0.try_recv() {
                     Ok(bytes) if bytes.is_empty() => return Err(DaemonError::Io("uevent source", io::Error::from(io::ErrorKind::UnexpectedEof))),
-                    Ok(bytes) => handle_uevent(args, &ctx, &bytes, &mut lockspaces, &mut fsids),
+                    Ok(bytes) => handle_uevent(args, &ctx, &bytes, &registry, &mut fsids),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
                     Err(e) => return Err(DaemonError::Io("uevent source", e)),
                 }
@@ -393,7 +404,9 @@ async fn main_loop(
                 }
             }
             Some(name) = done_rx.recv() => {
-                lockspaces.remove(&name);
+                if let Ok(mut m) = registry.lock() {
+                    m.remove(&name);
+                }
                 fsids.retain(|_, n| *n != name);
             }
             r = readable(plock_fd.as_ref()) => {
@@ -403,7 +416,7 @@ async fn main_loop(
                     let mut buf = [0u8; 128];
                     match guard.get_inner().0.try_read_record(&mut buf) {
                         Ok(0) => return Err(DaemonError::Io("plock device", io::Error::from(io::ErrorKind::UnexpectedEof))),
-                        Ok(n) => plock_request(&buf[..n], our, &fsids, &lockspaces, &guard.get_inner().0),
+                        Ok(n) => plock_request(&buf[..n], our, &fsids, &registry, &guard.get_inner().0),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                             guard.clear_ready();
                             break;
@@ -426,11 +439,13 @@ async fn main_loop(
                     s.cfg.dispatch().map_err(DaemonError::Cluster)?;
                     if s.cfg.poll_shutdown().is_some() {
                         // corosync may stop only when no lockspace needs it (C's shutdown_callback)
-                        let _ = s.cfg.reply_shutdown(lockspaces.is_empty());
+                        let _ = s.cfg.reply_shutdown(registry.lock().is_ok_and(|m| m.is_empty()));
                     }
                 }
-                for tx in lockspaces.values() {
-                    let _ = tx.send(LsCommand::Poll);
+                if let Ok(m) = registry.lock() {
+                    for tx in m.values() {
+                        let _ = tx.send(LsCommand::Poll);
+                    }
                 }
             }
             _ = term.recv() => quit = true,
@@ -464,9 +479,12 @@ fn handle_uevent(
     args: &DaemonArgs,
     ctx: &LsContext,
     bytes: &[u8],
-    lockspaces: &mut BTreeMap<String, mpsc::UnboundedSender<LsCommand>>,
+    registry: &query::Registry,
     fsids: &mut BTreeMap<u32, String>,
 ) {
+    let Ok(mut lockspaces) = registry.lock() else {
+        return;
+    };
     let Ok(ev) = Uevent::parse(bytes) else { return };
     let name = ev.lockspace.to_str_lossy().into_owned();
     match ev.action {
@@ -521,9 +539,12 @@ fn plock_request(
     bytes: &[u8],
     our: u32,
     fsids: &BTreeMap<u32, String>,
-    lockspaces: &BTreeMap<String, mpsc::UnboundedSender<LsCommand>>,
+    registry: &query::Registry,
     device: &MiscDevice,
 ) {
+    let Ok(lockspaces) = registry.lock() else {
+        return;
+    };
     let mut info = match dlm_proto::kernel::PlockInfo::decode(bytes) {
         Ok(i) => i,
         Err(e) => {

@@ -1,0 +1,243 @@
+//! The query socket `\0dlmc_query_sock` (libdlmcontrol, `dlm_tool`): one request per
+//! connection, answered by its own task so a slow reader delays no one, and without
+//! stopping the lockspaces (the C daemon holds its global lock while it writes a dump).
+//!
+//! Commands served: 2 DUMP_PLOCKS, 3 LOCKSPACE_INFO, 5 LOCKSPACES, 6 LOCKSPACE_NODES,
+//! 14 DUMP_CONFIG. Others close the connection without a reply, as C does for commands it
+//! does not know; they arrive with the rest of the query work.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::linux::net::SocketAddrExt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dlm_proto::query::{
+    Command, DUMP_SIZE, DlmcHeader, DlmcNode, FailReason, HEADER_SIZE, LOCKSPACE_SIZE, NodeFlags,
+    NodesKind, QUERY_SOCK_NAME, Request,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+
+use super::lockspace::{LsCommand, LsReport};
+
+/// The lockspace tasks, by name, shared with the main task.
+pub(crate) type Registry = Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<LsCommand>>>>;
+
+/// Binds the abstract query socket (address length 18, no trailing NUL).
+pub(crate) fn bind() -> io::Result<UnixListener> {
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(QUERY_SOCK_NAME)?;
+    let l = std::os::unix::net::UnixListener::bind_addr(&addr)?;
+    l.set_nonblocking(true)?;
+    UnixListener::from_std(l)
+}
+
+/// Accepts forever; each connection gets its own task.
+pub(crate) async fn serve(listener: UnixListener, registry: Registry, config_dump: Arc<String>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let reg = registry.clone();
+        let cfg = config_dump.clone();
+        tokio::spawn(async move {
+            // a client that never sends its header is dropped, not waited for forever
+            let _ =
+                tokio::time::timeout(Duration::from_secs(10), connection(stream, reg, cfg)).await;
+        });
+    }
+}
+
+const ENOENT: i32 = 2;
+const ENOSPC: i32 = 28;
+
+async fn report(reg: &Registry, name: &str) -> Option<LsReport> {
+    let tx = reg.lock().ok()?.get(name)?.clone();
+    let (rtx, rrx) = oneshot::channel();
+    tx.send(LsCommand::Query(rtx)).ok()?;
+    rrx.await.ok()
+}
+
+async fn reports(reg: &Registry) -> Vec<LsReport> {
+    let names: Vec<String> = reg
+        .lock()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for n in names {
+        if let Some(r) = report(reg, &n).await {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// `_set_node_info` for one node of a lockspace, relative to `members`.
+fn node(r: &LsReport, nodeid: u32, members: &[u32]) -> DlmcNode {
+    let h = r.history.iter().find(|(n, _)| *n == nodeid).map(|(_, h)| h);
+    let mut flags = 0;
+    if members.contains(&nodeid) {
+        flags |= NodeFlags::MEMBER;
+    }
+    if h.is_some_and(|h| h.start_time != 0) && members.contains(&nodeid) {
+        flags |= NodeFlags::START;
+    }
+    if h.is_some_and(|h| h.need_fencing) {
+        flags |= NodeFlags::NEED_FENCING;
+    }
+    DlmcNode {
+        nodeid: i32::try_from(nodeid).unwrap_or(0),
+        flags: NodeFlags(flags),
+        added_seq: h.map_or(0, |h| h.add_seq),
+        removed_seq: h.map_or(0, |h| h.rem_seq),
+        fail_reason: FailReason::from_raw(
+            h.map_or(0, |h| i32::try_from(h.fail_reason).unwrap_or(0)),
+        ),
+        fail_walltime: 0,
+        fail_monotime: h.map_or(0, |h| h.fail_monotime),
+    }
+}
+
+async fn connection(mut s: UnixStream, reg: Registry, config_dump: Arc<String>) -> io::Result<()> {
+    let mut buf = [0u8; HEADER_SIZE];
+    s.read_exact(&mut buf).await?;
+    let Ok(h) = DlmcHeader::decode(&buf) else {
+        return Ok(()); // bad header: closed without a reply
+    };
+    let Ok(req) = Request::decode(&h, &[]) else {
+        return Ok(());
+    };
+    let (reply, payload): (DlmcHeader, Vec<u8>) = match req {
+        Request::LockspaceInfo(name) => {
+            let n = name.to_str_lossy().into_owned();
+            match report(&reg, &n).await {
+                Some(r) => (
+                    DlmcHeader::new(Command::LOCKSPACE_INFO),
+                    r.info.encode().to_vec(),
+                ),
+                // C sends stale stack bytes here; zeros
+                None => (
+                    DlmcHeader {
+                        data: -ENOENT,
+                        ..DlmcHeader::new(Command::LOCKSPACE_INFO)
+                    },
+                    vec![0u8; LOCKSPACE_SIZE],
+                ),
+            }
+        }
+        Request::Lockspaces { .. } => {
+            // 4.2.0 returns every lockspace whatever max says (observed)
+            let rs = reports(&reg).await;
+            let mut p = Vec::new();
+            for r in &rs {
+                p.extend_from_slice(&r.info.encode());
+            }
+            let count = i32::try_from(rs.len()).unwrap_or(i32::MAX);
+            (
+                DlmcHeader {
+                    data: count,
+                    ..DlmcHeader::new(Command::LOCKSPACES)
+                },
+                p,
+            )
+        }
+        Request::LockspaceNodes {
+            lockspace,
+            kind,
+            max,
+        } => {
+            let n = lockspace.to_str_lossy().into_owned();
+            match report(&reg, &n).await {
+                None => (
+                    DlmcHeader {
+                        data: -ENOENT,
+                        ..DlmcHeader::new(Command::LOCKSPACE_NODES)
+                    },
+                    Vec::new(),
+                ),
+                Some(r) => {
+                    let chosen = if r.next_members.is_empty() {
+                        &r.members
+                    } else {
+                        &r.next_members
+                    };
+                    let ids: Vec<u32> = match kind {
+                        NodesKind::Members => r.members.clone(),
+                        NodesKind::Next => r.next_members.clone(),
+                        NodesKind::All => r.history.iter().map(|(n, _)| *n).collect(),
+                        NodesKind::Other(_) => Vec::new(),
+                    };
+                    let rel = match kind {
+                        NodesKind::Members => &r.members,
+                        NodesKind::Next => &r.next_members,
+                        _ => chosen,
+                    };
+                    let max = usize::try_from(max.max(0)).unwrap_or(0);
+                    let mut p = Vec::new();
+                    for id in ids.iter().take(max) {
+                        p.extend_from_slice(&node(&r, *id, rel).encode());
+                    }
+                    let count = i32::try_from(ids.len().min(max)).unwrap_or(0);
+                    (
+                        DlmcHeader {
+                            data: count,
+                            ..DlmcHeader::new(Command::LOCKSPACE_NODES)
+                        },
+                        p,
+                    )
+                }
+            }
+        }
+        Request::DumpConfig => (
+            DlmcHeader::new(Command::DUMP_CONFIG),
+            config_dump.as_bytes().to_vec(),
+        ),
+        Request::DumpPlocks(name) => {
+            let n = name.to_str_lossy().into_owned();
+            let tx = reg.lock().ok().and_then(|m| m.get(&n).cloned());
+            let text = match tx {
+                Some(tx) => {
+                    let (rtx, rrx) = oneshot::channel();
+                    let _ = tx.send(LsCommand::DumpPlocks(rtx));
+                    rrx.await.ok()
+                }
+                None => None,
+            };
+            match text {
+                None => (
+                    DlmcHeader {
+                        data: -ENOENT,
+                        ..DlmcHeader::new(Command::DUMP_PLOCKS)
+                    },
+                    Vec::new(),
+                ),
+                Some(t) => {
+                    // the real dlm_tool reads at most DLMC_DUMP_SIZE: whole lines up to it
+                    let mut end = t.len();
+                    let mut data = 0;
+                    if end >= DUMP_SIZE {
+                        end = t[..DUMP_SIZE].rfind('\n').map_or(0, |i| i + 1);
+                        data = -ENOSPC;
+                    }
+                    (
+                        DlmcHeader {
+                            data,
+                            ..DlmcHeader::new(Command::DUMP_PLOCKS)
+                        },
+                        t.as_bytes()[..end].to_vec(),
+                    )
+                }
+            }
+        }
+        _ => return Ok(()), // not served yet: closed without a reply
+    };
+    let reply = DlmcHeader {
+        name: h.name,
+        ..reply
+    }
+    .with_payload_len(payload.len());
+    s.write_all(&reply.encode()).await?;
+    s.write_all(&payload).await?;
+    s.shutdown().await
+}

@@ -1,0 +1,136 @@
+//! The real `dlm_tool` 4.2.0 (Debian's dlm-controld package) against our daemon on the
+//! fake kernel: `ls`, `ls -n`, `dump_config` and `plocks` print what they print against the
+//! C daemon for the same state (daemon-spec §5.7). The daemon runs in a network namespace
+//! of its own so its abstract sockets meet nobody else's.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_proto::wire::global_id;
+use dlm_tests::{FakeKernel, Record};
+
+const T: Duration = Duration::from_secs(20);
+
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn tool(ns: &str, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "dlm_tool"])
+        .args(args)
+        .output()
+        .expect("dlm_tool (Debian package dlm-controld)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn start(ns: &str, dir: &Path) -> Daemon {
+    Daemon(
+        Command::new("ip")
+            .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_dlm_controld")])
+            .args([
+                "--kernel-root",
+                &dir.display().to_string(),
+                "--cluster",
+                "embedded",
+                "-j",
+                "7",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dlm_controld"),
+    )
+}
+
+#[test]
+fn real_dlm_tool_reads_our_daemon() {
+    let ns = Netns(format!("dlmq-{}", std::process::id()));
+    assert!(
+        Command::new("ip")
+            .args(["netns", "add", &ns.0])
+            .status()
+            .expect("ip")
+            .success()
+    );
+    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-tool-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let _d = start(&ns.0, &dir);
+    assert!(k.wait_daemon(T));
+    // no lockspace yet: ls prints nothing
+    assert_eq!(tool(&ns.0, &["ls"]), "");
+    assert!(k.announce("foo").expect("announce"));
+    assert!(
+        k.wait_records(T, |r| r.iter().any(
+            |x| matches!(x, Record::Write(p, _) if p.ends_with("foo/event_done"))
+        ))
+    );
+
+    let ls = tool(&ns.0, &["ls"]);
+    let want = "dlm lockspaces\n\
+                name          foo\n\
+                id            0x6ce2339d\n\
+                flags         0x00000000 \n\
+                change        member 1 joined 1 remove 0 failed 0 seq 1,1\n\
+                members       1 \n\n";
+    assert_eq!(ls, want);
+    let ln = tool(&ns.0, &["ls", "-n"]);
+    assert!(ln.starts_with(want.trim_end_matches('\n')), "{ln}");
+    assert!(
+        ln.contains(
+            "all nodes\nnodeid 1 member 1 failed 0 start 1 seq_add 1 seq_rem 0 check none\n"
+        ),
+        "{ln}"
+    );
+
+    let cfg = tool(&ns.0, &["dump_config"]);
+    assert!(
+        cfg.starts_with("daemon_debug=0\nforeground=0\nlog_debug=0\nprotocol=detect\nport=21064\n"),
+        "{cfg}"
+    );
+    assert!(cfg.contains("post_join_delay=7 (cli option)\n"), "{cfg}");
+    assert!(cfg.ends_with("help=-1\nversion=-1\n\n"), "{cfg:?}");
+
+    let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
+    let lock = PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 4242,
+        nodeid: 0,
+        rv: 0,
+        fsid,
+        number: 77,
+        start: 0,
+        end: 9,
+        owner: 0xabc,
+    };
+    k.send_plock(&lock).expect("send");
+    k.recv_plock_raw(T).expect("reply");
+    assert_eq!(
+        tool(&ns.0, &["plocks", "foo"]),
+        "77 WR 0-9 nodeid 1 pid 4242 owner abc rown 0\n"
+    );
+    assert_eq!(tool(&ns.0, &["plocks", "nosuch"]), "");
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
