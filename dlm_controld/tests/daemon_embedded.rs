@@ -3,10 +3,10 @@
 //! §2.2, §2.4, §2.5, §2.8), refusal of a second instance, SIGTERM.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use dlm_tests::{FakeKernel, Record};
+use dlm_tests::{FakeKernel, Netns, Record};
 
 const T: Duration = Duration::from_secs(20);
 const C: &str = "sys/kernel/config/dlm/cluster";
@@ -20,9 +20,9 @@ impl Drop for Daemon {
     }
 }
 
-fn start(root: &Path) -> Daemon {
+fn start(ns: &Netns, root: &Path) -> Daemon {
     Daemon(
-        Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
+        ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
             .args([
                 "--kernel-root",
                 &root.display().to_string(),
@@ -69,7 +69,8 @@ fn sysfs(records: &[Record], ls: &str) -> Vec<(String, Vec<u8>)> {
 fn join_and_leave_a_lockspace_with_cs_bytes() {
     let dir = root("join");
     let k = FakeKernel::start(&dir).expect("fake kernel");
-    let mut d = start(&dir);
+    let ns = Netns::new("emb").expect("netns");
+    let mut d = start(&ns, &dir);
     assert!(k.wait_daemon(T), "the daemon never listened for uevents");
     assert!(
         k.monitor_open(),
@@ -136,12 +137,14 @@ fn join_and_leave_a_lockspace_with_cs_bytes() {
     );
 
     // a second daemon is refused while this one runs
-    let second = Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
+    let second = ns
+        .command(env!("CARGO_BIN_EXE_dlm_controld"))
         .args([
             "--kernel-root",
             &dir.display().to_string(),
             "--cluster",
             "embedded",
+            "--foreground",
         ])
         .stderr(Stdio::piped())
         .output()
@@ -184,6 +187,54 @@ fn join_and_leave_a_lockspace_with_cs_bytes() {
         })
         .expect("the daemon did not exit after its last lockspace");
     assert!(status.success());
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without `--foreground` the daemon forks into the background (the parent exits 0), and
+/// under systemd it sends READY=1 to `NOTIFY_SOCKET` once it serves.
+#[test]
+fn forks_and_notifies_systemd() {
+    let dir = root("fork");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let notify_path = dir.join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
+    notify.set_read_timeout(Some(T)).expect("timeout");
+    let ns = Netns::new("fork").expect("netns");
+    let status = ns
+        .command(env!("CARGO_BIN_EXE_dlm_controld"))
+        .args([
+            "--kernel-root",
+            &dir.display().to_string(),
+            "--cluster",
+            "embedded",
+        ])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run");
+    assert!(status.success(), "the parent of a forking daemon exits 0");
+    let mut buf = [0u8; 64];
+    let n = notify
+        .recv(&mut buf)
+        .expect("READY=1 from the background daemon");
+    assert_eq!(&buf[..n], b"READY=1");
+    assert!(k.wait_daemon(T));
+    // stop the background daemon by its pid file
+    let pid: i32 = std::fs::read_to_string(dir.join("run/dlm_controld/dlm_controld.pid"))
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    // SAFETY: signalling the daemon this test started (its pid from its own pid file).
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: probing whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    });
+    assert!(gone, "the background daemon did not stop on SIGTERM");
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -49,6 +49,7 @@ fn start(ns: &str, dir: &Path) -> Daemon {
                 &dir.display().to_string(),
                 "--cluster",
                 "embedded",
+                "--foreground",
                 "-j",
                 "7",
             ])
@@ -102,7 +103,9 @@ fn real_dlm_tool_reads_our_daemon() {
 
     let cfg = tool(&ns.0, &["dump_config"]);
     assert!(
-        cfg.starts_with("daemon_debug=0\nforeground=0\nlog_debug=0\nprotocol=detect\nport=21064\n"),
+        cfg.starts_with(
+            "daemon_debug=0\nforeground=1 (cli option)\nlog_debug=0\nprotocol=detect\nport=21064\n"
+        ),
         "{cfg}"
     );
     assert!(cfg.contains("post_join_delay=7 (cli option)\n"), "{cfg}");

@@ -4,13 +4,13 @@
 //! of non-blocking requests in request order.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::global_id;
-use dlm_tests::{FakeKernel, Record};
+use dlm_tests::{FakeKernel, Netns, Record};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -59,13 +59,15 @@ fn plocks_through_the_device() {
     let dir: PathBuf = std::env::temp_dir().join(format!("dlm-plock-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("plk").expect("netns");
     let _d = Daemon(
-        Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
+        ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
             .args([
                 "--kernel-root",
                 &dir.display().to_string(),
                 "--cluster",
                 "embedded",
+                "--foreground",
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

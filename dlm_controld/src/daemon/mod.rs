@@ -153,16 +153,31 @@ pub(crate) fn monotonic_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs the daemon until SIGTERM/SIGINT with no lockspace left.
-pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| DaemonError::Io("tokio runtime", e))?;
-    rt.block_on(daemon(args))
+/// Tells systemd we are ready (`sd_notify(0, "READY=1")`), when started by it.
+fn notify_ready() {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = path.as_encoded_bytes();
+    let sent = if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|a| sock.send_to_addr(b"READY=1", &a))
+    } else {
+        sock.send_to(b"READY=1", std::path::Path::new(&path))
+    };
+    if let Err(e) = sent {
+        eprintln!("dlm_controld: sd_notify: {e}");
+    }
 }
 
-async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
+/// Runs the daemon until SIGTERM/SIGINT with no lockspace left. Forks into the
+/// background first unless `--foreground` or `-D` (as C: the pid file is taken after).
+pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
+    // configuration we refuse is reported before forking, to whoever started us
     if args.cluster == ClusterKind::Corosync
         && args.config.options.on(crate::config::Opt::EnableFencing)
     {
@@ -172,6 +187,18 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
              or use the C dlm_controld",
         ));
     }
+    let o = &args.config.options;
+    if !o.on(crate::config::Opt::Foreground) && !o.on(crate::config::Opt::DaemonDebug) {
+        nix::unistd::daemon(false, false).map_err(|e| DaemonError::Io("daemon(3)", e.into()))?;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| DaemonError::Io("tokio runtime", e))?;
+    rt.block_on(daemon(args))
+}
+
+async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let seam = args.kernel_root.clone();
     let _pid = pid_file(&seam)?;
     let embedded = args.cluster == ClusterKind::Embedded;
@@ -346,6 +373,7 @@ async fn main_loop(
         }
         Err(e) => return Err(DaemonError::Io("query socket \\0dlmc_query_sock", e)),
     }
+    notify_ready();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
