@@ -6,4 +6,5 @@ pub mod config;
 pub mod daemon;
 pub mod daemon_proto;
 pub mod kernel;
+pub mod lscore;
 pub mod membership;

@@ -28,7 +28,8 @@ use crate::config::Config;
 use crate::daemon_proto::{DaemonProtocol, Out, QuorumView};
 use crate::kernel::{KernelRoot, MiscDevice, SeamError};
 
-pub use lockspace::{LsCommand, LsReport};
+pub use crate::lscore::LsReport;
+pub use lockspace::LsCommand;
 
 /// Which group implementation carries the daemon's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

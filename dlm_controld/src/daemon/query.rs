@@ -20,7 +20,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::lockspace::{LsCommand, LsReport};
+use super::lockspace::LsCommand;
+use crate::lscore::LsReport;
 
 /// The lockspace tasks, by name, shared with the main task.
 pub(crate) type Registry = Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<LsCommand>>>>;

@@ -1,0 +1,457 @@
+//! One lockspace's logic, sans I/O: the membership machine, the replicated plock table, the
+//! state transfer and the hold of plock work while the lockspace is stopped.
+//!
+//! The daemon's lockspace task feeds it group events, kernel requests and timer polls and
+//! performs the [`Action`]s it returns; the multi-node simulation in `tests/` drives the very
+//! same code on the simulated bus. Nothing here touches a file descriptor or a clock.
+
+use dlm_cpg::Event;
+use dlm_plock::Lockspace as PlockTable;
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::PlockInfo;
+use dlm_proto::query::{DlmcChange, DlmcLockspace, LockspaceFlags, WaitCondition};
+use dlm_proto::wire::{
+    Body, Change as StartBody, DlmHeader, HeaderFlags, Message, MsgType, PlocksDataWriter,
+    Version3, encode_plock_msg, global_id,
+};
+
+use crate::membership::{ChangeInfo, Effect, Env, FenceView, Membership, NodeHistory};
+
+/// What the lockspace's shell must do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Write `control` = 0.
+    StopKernel,
+    /// `start_kernel`: `id` (when joining), `nodir`, configfs members, `control` = 1,
+    /// `event_done` = 0 (when joining).
+    StartKernel {
+        /// Write the global id first.
+        write_id: bool,
+        /// Members in CPG order.
+        members: Vec<u32>,
+        /// Members whose configfs directory must be recreated.
+        renew: Vec<u32>,
+        /// The join completes.
+        event_done: bool,
+    },
+    /// Multicast these bytes on the lockspace's group.
+    Send(Vec<u8>),
+    /// Write this reply to the plock device.
+    Reply(PlockInfo),
+    /// Ask corosync to kill the node (its daemon died while its corosync lives).
+    KickNode(u32),
+    /// Our leave is complete: remove configfs members, `event_done` = 0, end the task.
+    Left,
+}
+
+/// The world around the lockspace at one moment.
+#[derive(Debug, Clone, Copy)]
+pub struct LsEnv<'a> {
+    /// Monotonic seconds (membership times).
+    pub now: u64,
+    /// Monotonic milliseconds (plock ages).
+    pub now_ms: u64,
+    /// The cluster is quorate.
+    pub quorate: bool,
+    /// The quorum service's ring sequence.
+    pub cluster_ring_seq: u64,
+    /// `enable_quorum_lockspace`.
+    pub quorum_required: bool,
+    /// `enable_fencing` (fencing facts from `fencing`).
+    pub fencing_enabled: bool,
+    /// Fencing facts.
+    pub fencing: &'a dyn FenceView,
+}
+
+/// A lockspace as the query sockets report it.
+#[derive(Debug, Clone)]
+pub struct LsReport {
+    /// The `dlmc_lockspace` record.
+    pub info: DlmcLockspace,
+    /// Members of the started change.
+    pub members: Vec<u32>,
+    /// Members of the newest pending change.
+    pub next_members: Vec<u32>,
+    /// Node history for node queries.
+    pub history: Vec<(u32, NodeHistory)>,
+}
+
+#[derive(Debug, Clone)]
+enum Held {
+    Plock(u32, PlockInfo),
+    Purge(u32),
+}
+
+/// One lockspace on one node.
+#[derive(Debug)]
+pub struct LsCore {
+    name: LockspaceName,
+    gid: u32,
+    our: u32,
+    embedded: bool,
+    mem: Membership,
+    ring: u64,
+    plocks: PlockTable,
+    /// We joined and have no plock state yet.
+    need_plocks: bool,
+    /// Plock messages are saved until the transfer ends (`save_plocks`).
+    save_plocks: bool,
+    saved: Vec<(u32, PlockInfo)>,
+    held: Vec<Held>,
+    left: bool,
+}
+
+impl LsCore {
+    /// A lockspace being joined by node `our`. With `embedded` the group's own ring stands
+    /// in for the quorum service's.
+    pub fn new(name: LockspaceName, our: u32, embedded: bool) -> Self {
+        let gid = global_id(&name);
+        Self {
+            name,
+            gid,
+            our,
+            embedded,
+            mem: Membership::joining(our),
+            ring: 0,
+            plocks: PlockTable::new(our, gid),
+            need_plocks: true,
+            save_plocks: false,
+            saved: Vec::new(),
+            held: Vec::new(),
+            left: false,
+        }
+    }
+
+    /// The lockspace name.
+    pub fn name(&self) -> &LockspaceName {
+        &self.name
+    }
+
+    /// The global id (`fsid` of its plock requests).
+    pub fn global_id(&self) -> u32 {
+        self.gid
+    }
+
+    /// Our leave completed.
+    pub fn is_left(&self) -> bool {
+        self.left
+    }
+
+    /// The kernel lockspace is stopped.
+    pub fn kernel_stopped(&self) -> bool {
+        self.mem.kernel_stopped()
+    }
+
+    /// The replicated plock table (dumps, digests).
+    pub fn plocks(&self) -> &PlockTable {
+        &self.plocks
+    }
+
+    /// Still waiting for the plock state of a join.
+    pub fn needs_plocks(&self) -> bool {
+        self.need_plocks
+    }
+
+    fn env<'a>(&self, e: &LsEnv<'a>) -> Env<'a> {
+        Env {
+            now: e.now,
+            cluster_ring_seq: if self.embedded {
+                self.ring
+            } else {
+                e.cluster_ring_seq
+            },
+            quorate: e.quorate,
+            quorum_required: e.quorum_required,
+            fencing_enabled: e.fencing_enabled,
+            fencing: e.fencing,
+        }
+    }
+
+    fn header(&self, t: MsgType) -> DlmHeader {
+        DlmHeader {
+            global_id: self.gid,
+            ..DlmHeader::new(Version3([3, 1, 1]), t, self.our)
+        }
+    }
+
+    /// A group event.
+    pub fn event(&mut self, e: &LsEnv<'_>, ev: Event) -> Vec<Action> {
+        let env = self.env(e);
+        let fx = match ev {
+            Event::Totem { ring, .. } => {
+                self.ring = ring.seq;
+                let env = self.env(e);
+                self.mem.handle_totem(&env, ring.seq)
+            }
+            Event::ConfChg {
+                members,
+                left,
+                joined,
+            } => self.mem.handle_confchg(
+                &env,
+                &members.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
+                &left
+                    .iter()
+                    .map(|m| (m.nodeid, m.reason.to_raw()))
+                    .collect::<Vec<_>>(),
+                &joined.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
+            ),
+            Event::Deliver {
+                nodeid, payload, ..
+            } => {
+                return self.deliver(e, nodeid, &payload);
+            }
+        };
+        self.perform(e, fx)
+    }
+
+    /// `deliver_cb`: validated as C does (sender, negotiated major.minor); anything else is
+    /// dropped.
+    fn deliver(&mut self, e: &LsEnv<'_>, from: u32, payload: &[u8]) -> Vec<Action> {
+        let Ok(Message { header, body }) = Message::decode(payload) else {
+            return Vec::new();
+        };
+        if header.nodeid != from || header.version.0[..2] != [3, 1] {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        match body {
+            Body::Start(c) => {
+                let env = self.env(e);
+                let fx = self
+                    .mem
+                    .handle_start(&env, from, header.flags.0, header.msgdata, &c);
+                return self.perform(e, fx);
+            }
+            Body::Plock(info) => self.deliver_plock(e, from, info, &mut out),
+            // only while we wait for the state (need && save)
+            Body::PlocksData(d) if self.need_plocks && self.save_plocks => {
+                // a refused chunk is dropped; the digest of the joiner shows it
+                let _ = self.plocks.restore(e.now_ms, d.resource, d.entries());
+            }
+            Body::PlocksDone(_) if self.need_plocks && self.save_plocks => {
+                self.finish_transfer(e, &mut out);
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// A plock request from the kernel: multicast; applied when delivered.
+    pub fn request(&self, info: &PlockInfo) -> Vec<Action> {
+        vec![Action::Send(
+            encode_plock_msg(&self.header(MsgType::PLOCK), info).to_vec(),
+        )]
+    }
+
+    /// The once-a-second retry, or a quorum change.
+    pub fn poll(&mut self, e: &LsEnv<'_>) -> Vec<Action> {
+        let env = self.env(e);
+        let fx = self.mem.poll(&env);
+        self.perform(e, fx)
+    }
+
+    /// The kernel released the lockspace: leave at the next confchg (the shell leaves the
+    /// group).
+    pub fn leave(&mut self) {
+        self.mem.leave();
+    }
+
+    /// `_receive_plock` gating: ignored before our snapshot point, saved during the
+    /// transfer, held while stopped, applied otherwise.
+    fn deliver_plock(&mut self, e: &LsEnv<'_>, from: u32, info: PlockInfo, out: &mut Vec<Action>) {
+        if self.need_plocks && !self.save_plocks {
+            return;
+        }
+        if self.save_plocks {
+            self.saved.push((from, info));
+            return;
+        }
+        if self.mem.kernel_stopped() {
+            self.held.push(Held::Plock(from, info));
+            return;
+        }
+        self.apply(e, from, &info, out);
+    }
+
+    fn apply(&mut self, e: &LsEnv<'_>, from: u32, info: &PlockInfo, out: &mut Vec<Action>) {
+        let mut replies = Vec::new();
+        // a message from a node that lies about itself was checked above; the engine's
+        // own refusal cannot happen here
+        let _ = self.plocks.apply(e.now_ms, from, info, &mut replies);
+        out.extend(replies.into_iter().map(|r| Action::Reply(r.info)));
+    }
+
+    fn release_held(&mut self, e: &LsEnv<'_>, out: &mut Vec<Action>) {
+        for h in std::mem::take(&mut self.held) {
+            match h {
+                Held::Plock(from, info) => self.apply(e, from, &info, out),
+                Held::Purge(n) => {
+                    let mut replies = Vec::new();
+                    self.plocks.purge_node(e.now_ms, n, &mut replies);
+                    out.extend(replies.into_iter().map(|r| Action::Reply(r.info)));
+                }
+            }
+        }
+    }
+
+    fn perform(&mut self, e: &LsEnv<'_>, fx: Vec<Effect>) -> Vec<Action> {
+        let mut out = Vec::new();
+        for f in fx {
+            match f {
+                Effect::StopKernel => out.push(Action::StopKernel),
+                Effect::PurgePlocks(n) => self.held.push(Held::Purge(n)),
+                Effect::KickNode(n) => out.push(Action::KickNode(n)),
+                Effect::SendStart { seq, flags, body } => {
+                    let header = DlmHeader {
+                        flags: HeaderFlags(flags),
+                        msgdata: seq,
+                        ..self.header(MsgType::START)
+                    };
+                    out.push(Action::Send(body.encode(&header)));
+                }
+                Effect::StartKernel {
+                    write_id,
+                    members,
+                    renew,
+                    event_done,
+                    ..
+                } => out.push(Action::StartKernel {
+                    write_id,
+                    members,
+                    renew,
+                    event_done,
+                }),
+                Effect::Started {
+                    plock_data_node,
+                    nodes_added,
+                    ..
+                } => self.prepare_plocks(e, plock_data_node, nodes_added, &mut out),
+                Effect::Left => {
+                    self.left = true;
+                    out.push(Action::Left);
+                }
+            }
+            if !self.mem.kernel_stopped() {
+                self.release_held(e, &mut out);
+            }
+        }
+        out
+    }
+
+    /// `prepare_plocks` after a kernel start.
+    fn prepare_plocks(
+        &mut self,
+        e: &LsEnv<'_>,
+        data_node: u32,
+        nodes_added: bool,
+        out: &mut Vec<Action>,
+    ) {
+        if self.mem.started_members().len() == 1 || data_node == 0 {
+            // alone, or nobody has plock state. Unlike C, a joiner left alone stops saving
+            // (plock-spec §5.8, case 3) and applies what it saved.
+            self.finish_transfer(e, out);
+            return;
+        }
+        if self.need_plocks {
+            self.save_plocks = true;
+            return;
+        }
+        if data_node != self.our {
+            return;
+        }
+        let Some((seq, body)) = self.mem.started_body() else {
+            return;
+        };
+        let mut sent = 0u32;
+        if nodes_added {
+            let header = DlmHeader {
+                msgdata: seq,
+                ..self.header(MsgType::PLOCKS_DATA)
+            };
+            for chunk in self.plocks.snapshot() {
+                let mut w = PlocksDataWriter::new(&header, chunk.resource);
+                for entry in chunk.entries() {
+                    w.push(entry);
+                }
+                out.push(Action::Send(w.as_bytes().to_vec()));
+                sent += 1;
+            }
+        }
+        out.push(Action::Send(self.plocks_done(seq, sent, &body)));
+    }
+
+    fn plocks_done(&self, seq: u32, count: u32, body: &StartBody) -> Vec<u8> {
+        let header = DlmHeader {
+            flags: HeaderFlags(HeaderFlags::HAVEPLOCK),
+            msgdata: seq,
+            msgdata2: count,
+            ..self.header(MsgType::PLOCKS_DONE)
+        };
+        body.encode(&header)
+    }
+
+    /// The transfer is over (or not needed): replay what was saved.
+    fn finish_transfer(&mut self, e: &LsEnv<'_>, out: &mut Vec<Action>) {
+        self.need_plocks = false;
+        self.save_plocks = false;
+        self.mem.plocks_ready();
+        for (from, info) in std::mem::take(&mut self.saved) {
+            if self.mem.kernel_stopped() {
+                self.held.push(Held::Plock(from, info));
+            } else {
+                self.apply(e, from, &info, out);
+            }
+        }
+    }
+
+    /// `set_lockspace_info`, for the query sockets.
+    pub fn report(&self) -> LsReport {
+        let (prev, next) = self.mem.query_changes();
+        let change = |c: &Option<ChangeInfo>, wait: WaitCondition| {
+            c.as_ref().map_or_else(DlmcChange::default, |c| DlmcChange {
+                member_count: c.member_count,
+                joined_count: c.joined_count,
+                remove_count: c.remove_count,
+                failed_count: c.failed_count,
+                wait_condition: wait,
+                wait_messages: c.wait_messages,
+                seq: c.seq,
+                combined_seq: c.combined_seq,
+            })
+        };
+        let mut flags = 0;
+        if self.mem.is_joining() {
+            flags |= LockspaceFlags::JOINING;
+        }
+        if self.mem.is_leaving() {
+            flags |= LockspaceFlags::LEAVING;
+        }
+        if self.mem.kernel_stopped() {
+            flags |= LockspaceFlags::KERNEL_STOPPED;
+        }
+        if self.need_plocks {
+            flags |= LockspaceFlags::NEED_PLOCKS;
+        }
+        if self.save_plocks {
+            flags |= LockspaceFlags::SAVE_PLOCKS;
+        }
+        LsReport {
+            info: DlmcLockspace {
+                cg_prev: change(&prev, WaitCondition::None),
+                cg_next: change(&next, self.mem.wait_condition()),
+                flags: LockspaceFlags(flags),
+                global_id: self.gid,
+                name: self.name,
+            },
+            members: prev.map(|c| c.members).unwrap_or_default(),
+            next_members: next.map(|c| c.members).unwrap_or_default(),
+            history: self
+                .mem
+                .history()
+                .iter()
+                .map(|(n, h)| (*n, h.clone()))
+                .collect(),
+        }
+    }
+}
