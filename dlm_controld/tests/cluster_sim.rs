@@ -1,0 +1,627 @@
+//! Deterministic simulation of whole clusters: 3 to 5 nodes, each running the daemon's own
+//! lockspace logic (`LsCore`, not a copy) on the simulated CPG bus, with random plock
+//! workloads from several processes per node, a crash, a late join during the storm (state
+//! transfer) and a partition (the minority is killed at the merge, as corosync does on the
+//! daemon's request).
+//!
+//! Checked after every step: no replica ever holds two conflicting locks, and no request
+//! is answered twice. Checked whenever the cluster is quiet: every live replica has the same
+//! digest; for every owner the bytes it holds in every table are exactly the bytes its
+//! replies say it holds (nothing lost, nothing phantom); every non-blocking request was
+//! answered; every unanswered blocking request is still a waiter. A failure prints the seed;
+//! `DLM_SIM_SEED=n` replays it, `DLM_SIM_RUNS=n` sets the number of seeds (default 1000).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dlm_controld::lscore::{Action, LsCore, LsEnv};
+use dlm_controld::membership::FenceView;
+use dlm_cpg::{Group, SimBus, SimGroup};
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+
+const NAME: &[u8] = b"dlm:ls:sim\0";
+const INODES: u64 = 3;
+const BYTES: u64 = 12;
+
+#[derive(Debug)]
+struct NoFencing;
+
+impl FenceView for NoFencing {
+    fn fence_time(&self, _: u32) -> Option<u64> {
+        Some(u64::MAX)
+    }
+    fn in_progress(&self) -> bool {
+        false
+    }
+    fn cluster_add_time(&self, _: u32) -> u64 {
+        0
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// What one request is, and what happened to it.
+#[derive(Debug, Clone)]
+struct Pending {
+    info: PlockInfo,
+    replies: u32,
+    rv: Option<i32>,
+}
+
+struct Node {
+    id: u32,
+    group: Option<SimGroup>,
+    core: LsCore,
+    side: u32,
+    /// requests issued, by (owner, serial) in the pid field
+    requests: BTreeMap<u32, Pending>,
+    /// bytes each (owner, inode) holds according to its replies
+    held: BTreeMap<(u64, u64), u64>,
+    /// of those, the bytes held for writing
+    held_ex: BTreeMap<(u64, u64), u64>,
+    /// what the processes believe they hold: granted by a reply, given up as soon as they
+    /// ask to unlock (the basis of the no-double-grant check)
+    claim: BTreeMap<(u64, u64), (u64, u64)>,
+    /// unanswered non-blocking requests, in the order the kernel sent them
+    fifo: std::collections::VecDeque<u32>,
+}
+
+struct Sim {
+    bus: SimBus,
+    nodes: BTreeMap<u32, Node>,
+    configured: u32,
+    serial: u32,
+    seed: u64,
+}
+
+fn mask(start: u64, end: u64) -> u64 {
+    (start..=end.min(63)).fold(0, |m, b| m | 1 << b)
+}
+
+impl Sim {
+    fn env<'a>(fence: &'a NoFencing, quorate: bool, ring: u64) -> LsEnv<'a> {
+        LsEnv {
+            now: 1,
+            now_ms: 1,
+            quorate,
+            cluster_ring_seq: ring,
+            quorum_required: true,
+            fencing_enabled: false,
+            fencing: fence,
+        }
+    }
+
+    fn quorate(&self, side: u32) -> bool {
+        let alive = self
+            .nodes
+            .values()
+            .filter(|n| n.group.is_some() && n.side == side)
+            .count();
+        2 * u32::try_from(alive).unwrap_or(0) > self.configured
+    }
+
+    fn join(&mut self, id: u32) {
+        let group = self.bus.join(id, NAME).expect("join");
+        let name = LockspaceName::new(b"sim").expect("name");
+        self.nodes.insert(
+            id,
+            Node {
+                id,
+                group: Some(group),
+                core: LsCore::new(name, id, true),
+                side: 0,
+                requests: BTreeMap::new(),
+                held: BTreeMap::new(),
+                held_ex: BTreeMap::new(),
+                claim: BTreeMap::new(),
+                fifo: std::collections::VecDeque::new(),
+            },
+        );
+    }
+
+    fn perform(node: &mut Node, actions: Vec<Action>, seed: u64) {
+        for a in actions {
+            match a {
+                Action::Send(bytes) => {
+                    if let Some(g) = node.group.as_mut() {
+                        let _ = g.mcast(&bytes);
+                    }
+                }
+                Action::Reply(info) => {
+                    assert_eq!(
+                        node.side, 0,
+                        "seed {seed}: node {} answered {info:?} while cut off without quorum",
+                        node.id
+                    );
+                    // non-blocking replies come in request order (kernels >= 6.5 match them
+                    // so); blocking ones are matched by their echoed fields
+                    let serial = if info.wait {
+                        // CLOSEs sent before this request took effect before it
+                        drain_closes_before(node, info.pid);
+                        info.pid
+                    } else {
+                        drain_closes(node, false);
+                        let k = node.fifo.pop_front().unwrap_or_else(|| {
+                            panic!(
+                                "seed {seed}: node {} replied with nothing pending: {info:?}",
+                                node.id
+                            )
+                        });
+                        let want = &node.requests[&k].info;
+                        assert_eq!(
+                            (want.op, want.owner, want.number),
+                            (info.op, info.owner, info.number),
+                            "seed {seed}: node {} answered out of order",
+                            node.id
+                        );
+                        k
+                    };
+                    let p = node.requests.get_mut(&serial).unwrap_or_else(|| {
+                        panic!(
+                            "seed {seed}: node {} replied to an unknown request {info:?}",
+                            node.id
+                        )
+                    });
+                    p.replies += 1;
+                    assert_eq!(
+                        p.replies, 1,
+                        "seed {seed}: node {} answered {:?} twice",
+                        node.id, p.info
+                    );
+                    assert!(!p.info.flags.close(), "seed {seed}: a CLOSE was answered");
+                    p.rv = Some(info.rv);
+                    let key = (info.owner, info.number);
+                    let m = mask(info.start, info.end);
+                    // bytes the process asked to unlock after this request are not its to
+                    // claim any more
+                    let let_go = node
+                        .requests
+                        .range(serial + 1..)
+                        .filter(|(_, p)| {
+                            p.info.op == PlockOp::UNLOCK && (p.info.owner, p.info.number) == key
+                        })
+                        .fold(0, |a, (_, p)| a | mask(p.info.start, p.info.end));
+                    let held = node.held.entry(key).or_insert(0);
+                    let ex = node.held_ex.entry(key).or_insert(0);
+                    match (info.op, info.rv) {
+                        (PlockOp::LOCK, 0) => {
+                            *held |= m;
+                            if info.ex {
+                                *ex |= m
+                            } else {
+                                *ex &= !m
+                            }
+                            let m = m & !let_go;
+                            let c = node.claim.entry(key).or_insert((0, 0));
+                            c.0 |= m;
+                            if info.ex { c.1 |= m } else { c.1 &= !m }
+                        }
+                        (PlockOp::UNLOCK, _) => {
+                            *held &= !m;
+                            *ex &= !m;
+                        }
+                        _ => {}
+                    }
+                }
+                Action::StopKernel
+                | Action::StartKernel { .. }
+                | Action::KickNode(_)
+                | Action::Left => {}
+            }
+        }
+    }
+
+    /// Delivers until nothing moves; returns whether anything did.
+    fn settle(&mut self) -> bool {
+        let fence = NoFencing;
+        let mut any = false;
+        loop {
+            let mut moved = self.bus.step();
+            let ids: Vec<u32> = self.nodes.keys().copied().collect();
+            for id in ids {
+                let side = self.nodes[&id].side;
+                let quorate = self.quorate(side);
+                let seed = self.seed;
+                let node = self.nodes.get_mut(&id).expect("node");
+                let Some(g) = node.group.as_mut() else {
+                    continue;
+                };
+                let mut events = Vec::new();
+                while let Some(e) = g.poll_event() {
+                    events.push(e);
+                }
+                for ev in events {
+                    moved = true;
+                    let env = Self::env(&fence, quorate, 0);
+                    let a = node.core.event(&env, ev);
+                    Self::perform(node, a, seed);
+                    check_table(node, seed);
+                }
+                let env = Self::env(&fence, quorate, 0);
+                let a = node.core.poll(&env);
+                if !a.is_empty() {
+                    moved = true;
+                }
+                Self::perform(node, a, seed);
+            }
+            if !moved {
+                return any;
+            }
+            any = true;
+        }
+    }
+
+    fn request(&mut self, rng: &mut Rng, id: u32) {
+        let Some(node) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        if node.group.is_none() || node.core.kernel_stopped() && node.core.needs_plocks() {
+            return; // the kernel does not send requests before the join completes
+        }
+        self.serial += 1;
+        let owner = u64::from(id) * 10 + rng.next(3);
+        let start = rng.next(BYTES);
+        let end = (start + rng.next(4)).min(BYTES - 1);
+        let kind = rng.next(100);
+        let (op, wait, flags) = match kind {
+            0..=44 => (PlockOp::LOCK, kind % 4 == 0, 0),
+            45..=74 => (PlockOp::UNLOCK, false, 0),
+            75..=89 => (PlockOp::GET, false, 0),
+            _ => (PlockOp::UNLOCK, false, PlockFlags::CLOSE),
+        };
+        // a blocked owner does nothing else until answered (a process waits in fcntl)
+        let blocked = node
+            .requests
+            .values()
+            .any(|p| p.info.owner == owner && p.info.wait && p.replies == 0);
+        if blocked {
+            return;
+        }
+        let (start, end) = if flags == PlockFlags::CLOSE {
+            (0, 0x7fff_ffff_ffff_ffff)
+        } else {
+            (start, end)
+        };
+        let info = PlockInfo {
+            version: PLOCK_VERSION,
+            op,
+            ex: rng.next(2) == 0,
+            wait,
+            flags: PlockFlags(flags),
+            pid: self.serial,
+            nodeid: i32::try_from(id).expect("small"),
+            rv: 0,
+            fsid: node.core.global_id(),
+            number: rng.next(INODES),
+            start,
+            end,
+            owner,
+        };
+        if info.op == PlockOp::UNLOCK {
+            // the process lets go when it asks
+            let m = mask(info.start, info.end);
+            let c = node.claim.entry((owner, info.number)).or_insert((0, 0));
+            c.0 &= !m;
+            c.1 &= !m;
+        }
+        node.requests.insert(
+            info.pid,
+            Pending {
+                info,
+                replies: 0,
+                rv: None,
+            },
+        );
+        if !info.wait {
+            // a CLOSE is never answered: it takes effect in its place among this node's
+            // non-blocking requests, which is where the model applies it
+            node.fifo.push_back(info.pid);
+        }
+        let a = node.core.request(&info);
+        Self::perform(node, a, self.seed);
+    }
+
+    /// Whole-cluster checks at a quiet moment (no partition, every live node started).
+    fn check_quiet(&self) {
+        let seed = self.seed;
+        let live: Vec<&Node> = self.nodes.values().filter(|n| n.group.is_some()).collect();
+        let Some(first) = live.first() else { return };
+        for n in &live {
+            assert!(
+                !n.core.kernel_stopped(),
+                "seed {seed}: node {} still stopped when quiet: {:?}",
+                n.id,
+                n.core.report().info
+            );
+            assert_eq!(
+                n.core.plocks().digest(),
+                first.core.plocks().digest(),
+                "seed {seed}: node {} and node {} disagree\n{}\nvs\n{}",
+                n.id,
+                first.id,
+                n.core.plocks().dump_text(),
+                first.core.plocks().dump_text()
+            );
+        }
+        let table = first.core.plocks();
+        let mut covered: BTreeMap<(u32, u64, u64), u64> = BTreeMap::new();
+        let mut waiting: BTreeSet<(u32, u32)> = BTreeSet::new();
+        for e in table.dump(0) {
+            let node = u32::try_from(e.nodeid).expect("nodeid");
+            if e.waiting {
+                waiting.insert((node, e.pid));
+            } else {
+                *covered.entry((node, e.owner, e.number)).or_insert(0) |= mask(e.start, e.end);
+            }
+        }
+        for n in &live {
+            for ((owner, ino), bits) in &n.held {
+                let have = covered.get(&(n.id, *owner, *ino)).copied().unwrap_or(0);
+                if have != *bits {
+                    let hist: Vec<String> = n
+                        .requests
+                        .values()
+                        .filter(|p| p.info.owner == *owner && p.info.number == *ino)
+                        .map(|p| {
+                            format!(
+                                "{:?} {}-{} ex {} wait {} close {} -> {:?} x{}",
+                                p.info.op,
+                                p.info.start,
+                                p.info.end,
+                                p.info.ex,
+                                p.info.wait,
+                                p.info.flags.close(),
+                                p.rv,
+                                p.replies
+                            )
+                        })
+                        .collect();
+                    panic!(
+                        "seed {seed}: node {} owner {owner} inode {ino}: table {have:#b} replies {bits:#b}\n{}\n{}",
+                        n.id,
+                        hist.join("\n"),
+                        table.dump_text()
+                    );
+                }
+            }
+            for ((node, owner, ino), bits) in &covered {
+                if *node == n.id {
+                    let replied = n.held.get(&(*owner, *ino)).copied().unwrap_or(0);
+                    assert_eq!(
+                        *bits, replied,
+                        "seed {seed}: phantom lock of node {node} owner {owner} inode {ino}"
+                    );
+                }
+            }
+            for p in n.requests.values() {
+                if p.info.flags.close() {
+                    continue;
+                }
+                if p.replies == 0 {
+                    assert!(
+                        p.info.op == PlockOp::LOCK
+                            && p.info.wait
+                            && waiting.contains(&(n.id, p.info.pid)),
+                        "seed {seed}: node {} never answered {:?}",
+                        n.id,
+                        p.info
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Applies the CLOSEs at the front of a node's queue of non-blocking requests (all of them
+/// when the cluster is quiet): the owner's bytes on that file are gone.
+fn drain_closes(node: &mut Node, all: bool) {
+    while let Some(&k) = node.fifo.front() {
+        let info = node.requests[&k].info;
+        if !info.flags.close() {
+            assert!(
+                !all,
+                "node {}: request {info:?} unanswered when quiet",
+                node.id
+            );
+            return;
+        }
+        node.fifo.pop_front();
+        node.held.insert((info.owner, info.number), 0);
+        node.held_ex.insert((info.owner, info.number), 0);
+    }
+}
+
+/// Applies the CLOSEs at the front of the queue that were sent before request `limit`.
+fn drain_closes_before(node: &mut Node, limit: u32) {
+    while let Some(&k) = node.fifo.front() {
+        let info = node.requests[&k].info;
+        if k >= limit || !info.flags.close() {
+            return;
+        }
+        node.fifo.pop_front();
+        node.held.insert((info.owner, info.number), 0);
+        node.held_ex.insert((info.owner, info.number), 0);
+    }
+}
+
+/// What the processes of the quorate side were told they hold never conflicts (no range is
+/// granted twice). A node cut off answers nothing at all (checked in `perform`); what it held
+/// before is void once the majority removed it, as it is then fenced or killed.
+fn check_grants(sim: &Sim) {
+    let mut all: Vec<(u32, u64, u64, u64, u64)> = Vec::new(); // node, owner, inode, held, ex
+    for n in sim
+        .nodes
+        .values()
+        .filter(|n| n.group.is_some() && n.side == 0)
+    {
+        for (&(owner, ino), &(bits, ex)) in &n.claim {
+            all.push((n.id, owner, ino, bits, ex));
+        }
+    }
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            if a.2 != b.2 || (a.0, a.1) == (b.0, b.1) {
+                continue;
+            }
+            let clash = (a.4 & b.3) | (b.4 & a.3);
+            if clash != 0 {
+                for (node, owner) in [(a.0, a.1), (b.0, b.1)] {
+                    let n = &sim.nodes[&node];
+                    for p in n
+                        .requests
+                        .values()
+                        .filter(|p| p.info.owner == owner && p.info.number == a.2)
+                    {
+                        eprintln!(
+                            "node {node} owner {owner}: #{} {:?} {}-{} ex {} wait {} close {} -> {:?}",
+                            p.info.pid,
+                            p.info.op,
+                            p.info.start,
+                            p.info.end,
+                            p.info.ex,
+                            p.info.wait,
+                            p.info.flags.close(),
+                            p.rv
+                        );
+                    }
+                    eprintln!("node {node} table:\n{}", n.core.plocks().dump_text());
+                }
+            }
+            assert_eq!(
+                clash, 0,
+                "seed {}: node {} owner {} and node {} owner {} were both granted bytes {clash:#b} of inode {}",
+                sim.seed, a.0, a.1, b.0, b.1, a.2
+            );
+        }
+    }
+}
+
+/// No two granted locks of different owners overlap with one of them a write lock.
+fn check_table(node: &Node, seed: u64) {
+    let entries: Vec<_> = node.core.plocks().dump(0).filter(|e| !e.waiting).collect();
+    for (i, a) in entries.iter().enumerate() {
+        for b in &entries[i + 1..] {
+            let same_owner = a.nodeid == b.nodeid && a.owner == b.owner;
+            let overlap = a.number == b.number && !(a.end < b.start || a.start > b.end);
+            assert!(
+                same_owner || !overlap || !(a.ex || b.ex),
+                "seed {seed}: node {} granted conflicting locks {a:?} and {b:?}",
+                node.id
+            );
+        }
+    }
+}
+
+fn run(seed: u64) {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let n = 3 + u32::try_from(rng.next(3)).expect("small");
+    let mut sim = Sim {
+        bus: SimBus::new(seed),
+        nodes: BTreeMap::new(),
+        configured: n,
+        serial: 0,
+        seed,
+    };
+    // all but the last node join first; the last joins during the storm
+    for id in 1..n {
+        sim.join(id);
+        sim.settle();
+    }
+    for node in sim.nodes.values_mut() {
+        drain_closes(node, true);
+    }
+    sim.check_quiet();
+    let crash_at = 40 + rng.next(40);
+    let join_at = 20 + rng.next(60);
+    let split_at = 100 + rng.next(30);
+    let mut crashed = None;
+    for t in 0..180u64 {
+        if t == join_at {
+            sim.join(n);
+        }
+        if t == crash_at {
+            let victim = 1 + u32::try_from(rng.next(u64::from(n - 1))).expect("small");
+            sim.bus.crash(victim);
+            if let Some(node) = sim.nodes.get_mut(&victim) {
+                node.group = None;
+            }
+            crashed = Some(victim);
+        }
+        let live: Vec<u32> = sim
+            .nodes
+            .values()
+            .filter(|x| x.group.is_some())
+            .map(|x| x.id)
+            .collect();
+        let majority_left = 2 * (live.len() as u64).saturating_sub(1) > u64::from(n);
+        if t == split_at && majority_left {
+            // cut off one live node: a minority of one, while the rest keeps quorum
+            let lone = live[usize::try_from(rng.next(live.len() as u64)).expect("small")];
+            sim.bus.partition(&[lone], 1);
+            if let Some(node) = sim.nodes.get_mut(&lone) {
+                node.side = 1;
+            }
+        }
+        if t == split_at + 30 {
+            // the merge: the minority node is killed (stateful merge), the rest goes on
+            let lone: Vec<u32> = sim
+                .nodes
+                .values()
+                .filter(|x| x.side == 1)
+                .map(|x| x.id)
+                .collect();
+            for id in lone {
+                sim.bus.crash(id);
+                if let Some(node) = sim.nodes.get_mut(&id) {
+                    node.group = None;
+                    node.side = 0;
+                }
+            }
+            sim.bus.heal();
+        }
+        for _ in 0..rng.next(4) {
+            let id = 1 + u32::try_from(rng.next(u64::from(n))).expect("small");
+            sim.request(&mut rng, id);
+        }
+        for _ in 0..rng.next(6) {
+            sim.bus.step();
+        }
+        sim.settle();
+        check_grants(&sim);
+    }
+    let _ = crashed;
+    sim.settle();
+    for node in sim.nodes.values_mut().filter(|x| x.group.is_some()) {
+        drain_closes(node, true);
+    }
+    sim.check_quiet();
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(s) = std::env::var("DLM_SIM_SEED") {
+        return vec![s.parse().expect("DLM_SIM_SEED is a number")];
+    }
+    let runs = std::env::var("DLM_SIM_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1000);
+    (1..=runs).collect()
+}
+
+#[test]
+fn clusters_never_grant_twice_nor_lose_a_lock() {
+    for seed in seeds() {
+        let r = std::panic::catch_unwind(|| run(seed));
+        if r.is_err() {
+            panic!("cluster simulation failed: replay with DLM_SIM_SEED={seed}");
+        }
+    }
+}
