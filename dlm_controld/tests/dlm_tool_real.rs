@@ -31,13 +31,46 @@ impl Drop for Daemon {
     }
 }
 
-fn tool(ns: &str, args: &[&str]) -> String {
+fn run(ns: &str, bin: &str, args: &[&str]) -> (String, bool) {
     let out = Command::new("ip")
-        .args(["netns", "exec", ns, "dlm_tool"])
+        .args(["netns", "exec", ns, bin])
         .args(args)
         .output()
-        .expect("dlm_tool (Debian package dlm-controld)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .expect("run a dlm_tool");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.success(),
+    )
+}
+
+/// The real dlm_tool's stdout (Debian package dlm-controld).
+fn tool(ns: &str, args: &[&str]) -> String {
+    run(ns, "dlm_tool", args).0
+}
+
+/// Our dlm_tool, built next to this test by `cargo test --workspace`.
+fn ours() -> String {
+    let exe = std::env::current_exe().expect("test path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("dlm_tool");
+    assert!(
+        bin.exists(),
+        "{} missing: run the tests with cargo test --workspace",
+        bin.display()
+    );
+    bin.display().to_string()
+}
+
+/// Our dlm_tool prints exactly what the real one prints.
+fn same(ns: &str, args: &[&str]) -> String {
+    let real = tool(ns, args);
+    let (mine, ok) = run(ns, &ours(), args);
+    assert_eq!(mine, real, "dlm_tool {args:?}");
+    assert!(ok, "our dlm_tool {args:?} failed");
+    real
 }
 
 fn start(ns: &str, dir: &Path) -> Daemon {
@@ -134,6 +167,99 @@ fn real_dlm_tool_reads_our_daemon() {
         "77 WR 0-9 nodeid 1 pid 4242 owner abc rown 0\n"
     );
     assert_eq!(tool(&ns.0, &["plocks", "nosuch"]), "");
+
+    // a second lockspace with a lock held, a waiter queued and a range split
+    assert!(k.announce("bar").expect("announce"));
+    assert!(
+        k.wait_records(T, |r| r.iter().any(
+            |x| matches!(x, Record::Write(p, _) if p.ends_with("bar/event_done"))
+        ))
+    );
+    let bar = global_id(&LockspaceName::new(b"bar").expect("name"));
+    for (pid, owner, wait, start, end) in [(1, 0x11, false, 0, 99), (2, 0x22, true, 50, 60)] {
+        let l = PlockInfo {
+            fsid: bar,
+            number: 5,
+            pid,
+            owner,
+            wait,
+            start,
+            end,
+            ..lock
+        };
+        k.send_plock(&l).expect("send");
+    }
+    k.recv_plock_raw(T).expect("first granted"); // the waiter stays unanswered
+    let unlock_mid = PlockInfo {
+        fsid: bar,
+        number: 5,
+        pid: 1,
+        owner: 0x11,
+        op: PlockOp::UNLOCK,
+        start: 70,
+        end: 79,
+        ..lock
+    };
+    k.send_plock(&unlock_mid).expect("send");
+    k.recv_plock_raw(T).expect("unlock reply");
+
+    // our dlm_tool against the same daemon state: byte for byte
+    for args in [
+        &["ls"][..],
+        &["ls", "-n"],
+        &["-n", "ls", "bar"],
+        &["ls", "foo"],
+        &["dump_config"],
+        &["plocks", "foo"],
+        &["plocks", "bar"],
+    ] {
+        let out = same(&ns.0, args);
+        assert!(!out.is_empty(), "{args:?}");
+    }
+    assert_eq!(
+        same(&ns.0, &["plocks", "bar"]),
+        // unlock_internal case 2: the front piece keeps its place, the back is appended
+        "5 WR 0-69 nodeid 1 pid 1 owner 11 rown 0\n\
+         5 WR 80-99 nodeid 1 pid 1 owner 11 rown 0\n\
+         5 WR 50-60 nodeid 1 pid 2 owner 22 rown 0 WAITING\n"
+    );
+    // where the C tool prints nothing and exits 0, ours says why and exits 1
+    assert_eq!(
+        run(&ns.0, &ours(), &["plocks", "nosuch"]),
+        (String::new(), false)
+    );
+    assert_eq!(
+        run(&ns.0, &ours(), &["ls", "nosuch"]),
+        (String::new(), false)
+    );
+    assert_eq!(tool(&ns.0, &["ls", "nosuch"]), "");
+
+    // past 1 MiB the C tool shows the first MiB; ours asks for and shows the whole table
+    let many = 24_000u64;
+    for chunk in (0..many).collect::<Vec<_>>().chunks(200) {
+        for &n in chunk {
+            let l = PlockInfo {
+                number: 1000 + n,
+                ..lock
+            };
+            k.send_plock(&l).expect("send");
+        }
+        for _ in chunk {
+            k.recv_plock_raw(T).expect("reply");
+        }
+    }
+    let real = tool(&ns.0, &["plocks", "foo"]);
+    let (mine, ok) = run(&ns.0, &ours(), &["plocks", "foo"]);
+    assert!(ok);
+    let lines = u64::try_from(mine.lines().count()).expect("count");
+    assert_eq!(lines, many + 1, "every lock");
+    assert!(real.len() < 1024 * 1024, "{}", real.len());
+    assert!(mine.len() > 1024 * 1024, "{}", mine.len());
+    assert!(
+        mine.starts_with(&real),
+        "the capped dump is a prefix of the whole one"
+    );
+    assert!(real.ends_with('\n'), "capped at a line end");
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,9 +1,275 @@
-//! dlm_tool: not written yet. The binary exists so the workspace has its final shape;
-//! it refuses to run rather than pretend to query a daemon.
+//! dlm_tool: queries dlm_controld over its query socket and prints what the C `dlm_tool`
+//! 4.2.0 prints, byte for byte, for `ls [-n] [name]`, `plocks <name>`, `dump`,
+//! `dump_config` and `log_plock`. Differences, on purpose: `plocks` asks our daemon for the
+//! whole table instead of the first MiB, and an unreachable daemon or a missing lockspace
+//! is reported on stderr with exit status 1 instead of silent empty output.
 
+mod client;
+mod show;
+
+use std::io::Write;
 use std::process::ExitCode;
 
+use client::ClientError;
+use dlm_proto::LockspaceName;
+use dlm_proto::query::{Command, NodesKind};
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Op {
+    List { name: Option<String>, all: bool },
+    Plocks(String),
+    Dump(Command),
+    Help,
+    Version,
+}
+
+const USAGE: &str = "\
+Usage: dlm_tool [options] <command> [name]
+
+Commands served by this build:
+  ls [name]       lockspaces, their current and pending changes and members
+  plocks <name>   posix locks held and waiting in a lockspace (whole table)
+  dump            the daemon's debug buffer
+  dump_config     every option with its value and where it came from
+  log_plock       the plock debug buffer
+
+Not yet in this build (use the C dlm_tool): status, join, leave, joinleave,
+  fence_ack, deadlock_check, lockdump, lockdebug, run, run_start, run_check,
+  run_cancel, run_list
+
+Options:
+  -n              with ls, also every node the lockspace has seen
+  -h              this text
+  -V              version
+  -e, -f, -m, -i  accepted with their argument, used by commands not in this build
+  -M, -s, -v, -w  accepted, used by commands not in this build
+";
+
+const NOT_YET: &[&str] = &[
+    "status",
+    "join",
+    "leave",
+    "joinleave",
+    "fence_ack",
+    "deadlock_check",
+    "lockdump",
+    "lockdebug",
+    "run",
+    "run_start",
+    "run_check",
+    "run_cancel",
+    "run_list",
+];
+
+/// getopt("MhVnm:e:f:vwsi:") with GNU permutation, then the first known command word and
+/// the word after it (`decode_arguments`).
+fn parse(args: &[String]) -> Result<Op, String> {
+    let mut all = false;
+    let mut words = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            words.extend(it.by_ref().cloned());
+            break;
+        }
+        let Some(opts) = a.strip_prefix('-').filter(|o| !o.is_empty()) else {
+            words.push(a.clone());
+            continue;
+        };
+        for (i, c) in opts.char_indices() {
+            match c {
+                'n' => all = true,
+                'M' | 's' | 'v' | 'w' => {}
+                'h' => return Ok(Op::Help),
+                'V' => return Ok(Op::Version),
+                'm' | 'e' | 'f' | 'i' => {
+                    // the argument is the rest of this word or the next word
+                    if opts.len() == i + 1 && it.next().is_none() {
+                        return Err(format!("option -{c} requires an argument"));
+                    }
+                    break;
+                }
+                other => return Err(format!("unknown option -{other}")),
+            }
+        }
+    }
+    let known = ["ls", "plocks", "dump", "dump_config", "log_plock"];
+    let Some(at) = words
+        .iter()
+        .position(|w| known.contains(&w.as_str()) || NOT_YET.contains(&w.as_str()))
+    else {
+        return Err("no command".to_owned());
+    };
+    let name = words.get(at + 1).cloned();
+    match words[at].as_str() {
+        "ls" => Ok(Op::List { name, all }),
+        "plocks" => name
+            .map(Op::Plocks)
+            .ok_or_else(|| "lockspace name required".to_owned()),
+        "dump" => Ok(Op::Dump(Command::DUMP_DEBUG)),
+        "dump_config" => Ok(Op::Dump(Command::DUMP_CONFIG)),
+        "log_plock" => Ok(Op::Dump(Command::DUMP_LOG_PLOCK)),
+        other => Err(format!(
+            "{other}: not in this build of dlm_tool yet; use the C dlm_tool"
+        )),
+    }
+}
+
+const ENOENT: i32 = 2;
+const ENOSPC: i32 = 28;
+
+// do_list
+fn list(name: Option<&str>, all: bool) -> Result<String, ClientError> {
+    let lss = match name {
+        Some(n) => vec![client::lockspace_info(n.as_bytes())?],
+        None => client::lockspaces()?,
+    };
+    let mut out = String::new();
+    if !lss.is_empty() {
+        out.push_str("dlm lockspaces\n");
+    }
+    for ls in &lss {
+        out.push_str(&show_one(&ls.name, ls, all));
+    }
+    Ok(out)
+}
+
+fn show_one(name: &LockspaceName, ls: &dlm_proto::query::DlmcLockspace, all: bool) -> String {
+    let members = client::lockspace_nodes(name, NodesKind::Members).ok();
+    let next = if ls.cg_next.seq != 0 {
+        client::lockspace_nodes(name, NodesKind::Next).ok()
+    } else {
+        None
+    };
+    let every = all.then(|| {
+        client::lockspace_nodes(name, NodesKind::All).map_err(|e| match e {
+            ClientError::Errno(n) => -n,
+            _ => -1,
+        })
+    });
+    let mut out = String::new();
+    show::lockspace(
+        &mut out,
+        ls,
+        &show::Lists {
+            members: members.as_deref(),
+            next: next.as_deref(),
+            all: every.as_ref().map(|r| r.as_deref().map_err(|e| *e)),
+        },
+    );
+    out
+}
+
+fn write_out(bytes: &[u8]) -> ExitCode {
+    let mut o = std::io::stdout().lock();
+    if o.write_all(bytes).and_then(|()| o.flush()).is_err() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn fail(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("dlm_tool: {e}");
+    ExitCode::FAILURE
+}
+
 fn main() -> ExitCode {
-    eprintln!("dlm_tool: this build has no commands yet; use the C dlm_tool");
-    ExitCode::from(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let op = match parse(&args) {
+        Ok(op) => op,
+        Err(e) => {
+            eprintln!("dlm_tool: {e}");
+            eprint!("{USAGE}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match op {
+        Op::Help => write_out(USAGE.as_bytes()),
+        Op::Version => write_out(
+            format!(
+                "dlm_tool {} (Rust dlm_controld project)\n",
+                env!("CARGO_PKG_VERSION")
+            )
+            .as_bytes(),
+        ),
+        Op::List { name, all } => match list(name.as_deref(), all) {
+            Ok(text) => write_out(text.as_bytes()),
+            Err(ClientError::Errno(ENOENT)) => {
+                fail(&format!("no lockspace {}", name.unwrap_or_default()))
+            }
+            Err(e) => fail(&e),
+        },
+        Op::Plocks(name) => match client::dump(Command::DUMP_PLOCKS, Some(name.as_bytes())) {
+            Ok((_, d)) if d == -ENOENT => fail(&format!("no lockspace {name}")),
+            Ok((text, d)) => {
+                let code = write_out(&text);
+                if d == -ENOSPC {
+                    eprintln!(
+                        "dlm_tool: the daemon cut the dump short (a C dlm_controld caps it at 1 MiB)"
+                    );
+                }
+                code
+            }
+            Err(e) => fail(&e),
+        },
+        Op::Dump(cmd) => match client::dump(cmd, None) {
+            // do_dump prints the text, then a newline
+            Ok((mut text, _)) => {
+                text.push(b'\n');
+                write_out(&text)
+            }
+            Err(e) => fail(&e),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Op, String> {
+        let v: Vec<String> = s.split_whitespace().map(str::to_owned).collect();
+        parse(&v)
+    }
+
+    #[test]
+    fn arguments_as_getopt_and_decode_arguments_take_them() {
+        assert_eq!(
+            p("ls"),
+            Ok(Op::List {
+                name: None,
+                all: false
+            })
+        );
+        assert_eq!(
+            p("ls -n foo"),
+            Ok(Op::List {
+                name: Some("foo".into()),
+                all: true
+            })
+        );
+        assert_eq!(
+            p("-n ls"),
+            Ok(Op::List {
+                name: None,
+                all: true
+            })
+        );
+        // words before the command are skipped, as C's loop does
+        assert_eq!(p("junk plocks gfs"), Ok(Op::Plocks("gfs".into())));
+        assert_eq!(p("-m 0644 plocks gfs"), Ok(Op::Plocks("gfs".into())));
+        assert_eq!(p("-m0644 plocks gfs"), Ok(Op::Plocks("gfs".into())));
+        assert_eq!(p("dump_config"), Ok(Op::Dump(Command::DUMP_CONFIG)));
+        assert_eq!(p("dump"), Ok(Op::Dump(Command::DUMP_DEBUG)));
+        assert_eq!(p("log_plock"), Ok(Op::Dump(Command::DUMP_LOG_PLOCK)));
+        assert_eq!(p("ls -h"), Ok(Op::Help));
+        assert_eq!(p("-V"), Ok(Op::Version));
+        assert!(p("plocks").is_err_and(|e| e.contains("name required")));
+        assert!(p("").is_err());
+        assert!(p("ls -x").is_err_and(|e| e.contains("-x")));
+        assert!(p("plocks -m").is_err_and(|e| e.contains("argument")));
+        assert!(p("fence_ack 3").is_err_and(|e| e.contains("not in this build")));
+        assert!(p("lsx").is_err());
+    }
 }

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlm_proto::query::{
-    Command, DUMP_SIZE, DlmcHeader, DlmcNode, FailReason, HEADER_SIZE, LOCKSPACE_SIZE, NodeFlags,
-    NodesKind, QUERY_SOCK_NAME, Request,
+    Command, DUMP_SIZE, DlmcHeader, DlmcNode, FLAG_UNCAPPED_DUMP, FailReason, HEADER_SIZE,
+    LOCKSPACE_SIZE, NodeFlags, NodesKind, QUERY_SOCK_NAME, Request,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -52,6 +52,8 @@ pub(crate) async fn serve(listener: UnixListener, registry: Registry, config_dum
 
 const ENOENT: i32 = 2;
 const ENOSPC: i32 = 28;
+/// Largest payload a reply header's `len` (u32, header included) can describe.
+const MAX_REPLY: usize = u32::MAX as usize - HEADER_SIZE;
 
 async fn report(reg: &Registry, name: &str) -> Option<LsReport> {
     let tx = reg.lock().ok()?.get(name)?.clone();
@@ -214,11 +216,20 @@ async fn connection(mut s: UnixStream, reg: Registry, config_dump: Arc<String>) 
                     Vec::new(),
                 ),
                 Some(t) => {
-                    // the real dlm_tool reads at most DLMC_DUMP_SIZE: whole lines up to it
+                    // the real dlm_tool reads at most DLMC_DUMP_SIZE: whole lines up to it,
+                    // unless the client asked for everything (our dlm_tool does)
+                    let cap = if h.flags & FLAG_UNCAPPED_DUMP != 0 {
+                        MAX_REPLY
+                    } else {
+                        DUMP_SIZE
+                    };
                     let mut end = t.len();
                     let mut data = 0;
-                    if end >= DUMP_SIZE {
-                        end = t[..DUMP_SIZE].rfind('\n').map_or(0, |i| i + 1);
+                    if end >= cap {
+                        end = t.as_bytes()[..cap]
+                            .iter()
+                            .rposition(|&b| b == b'\n')
+                            .map_or(0, |i| i + 1);
                         data = -ENOSPC;
                     }
                     (

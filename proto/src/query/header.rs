@@ -12,6 +12,10 @@ pub const DLMC_MAGIC: u32 = 0xD13C_D13C;
 pub const DLMC_VERSION: u32 = 0x0001_0001;
 /// `sizeof(struct dlmc_header)`
 pub const HEADER_SIZE: usize = 96;
+/// Our extension, in `flags` of a DUMP_PLOCKS request: send the whole dump, not at most
+/// `DLMC_DUMP_SIZE`. The C daemon ignores `flags` on dump requests, so a client that sets
+/// it gets the capped dump from a C daemon and the whole one from ours.
+pub const FLAG_UNCAPPED_DUMP: i32 = 0x4000_0000;
 
 /// The C layout of `struct dlmc_header`.
 #[repr(C)]

@@ -82,7 +82,8 @@ impl WaitCondition {
         }
     }
 
-    fn to_raw(self) -> i32 {
+    /// The C value.
+    pub fn to_raw(self) -> i32 {
         match self {
             Self::None => 0,
             Self::Ringid => 1,
