@@ -6,5 +6,7 @@ pub mod config;
 pub mod daemon;
 pub mod daemon_proto;
 pub mod kernel;
+pub mod log;
 pub mod lscore;
 pub mod membership;
+pub mod status;

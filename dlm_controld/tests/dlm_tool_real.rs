@@ -203,6 +203,39 @@ fn real_dlm_tool_reads_our_daemon() {
     k.send_plock(&unlock_mid).expect("send");
     k.recv_plock_raw(T).expect("unlock reply");
 
+    // the debug buffer, the plock buffer (empty without plock_debug) and the status stream
+    let dump = tool(&ns.0, &["dump"]);
+    assert!(dump.contains(" our_nodeid 1\n"), "{dump}");
+    assert!(dump.contains(" dlm_controld 0.1.0 started\n"), "{dump}");
+    assert!(dump.ends_with("\n\n") || dump.ends_with('\n'), "{dump:?}");
+    assert_eq!(tool(&ns.0, &["log_plock"]), "\n");
+    let st = tool(&ns.0, &["status"]);
+    let lines: Vec<&str> = st.lines().collect();
+    // embedded mode: no quorum service (cluster ring 0), the daemon group's ring 1
+    assert_eq!(
+        lines.first(),
+        Some(&"cluster nodeid 1 quorate 1 ring seq 0 1"),
+        "{st}"
+    );
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|l| l.starts_with("daemon now ") && l.ends_with(" fence_pid 0 ")),
+        "{st}"
+    );
+    assert!(st.contains("\nnode 1 M add "), "{st}");
+    let stv = tool(&ns.0, &["status", "-v"]);
+    assert!(
+        stv.starts_with("our_nodeid 1\n    member_count=1\n    joined_count=1\n"),
+        "{stv}"
+    );
+    // ocf:pacemaker:controld reads this key
+    assert!(stv.contains("\n    stateful_merge_wait=0\n"), "{stv}");
+    assert!(
+        stv.contains("\nnodeid 1\n    member=1\n    killed=0\n    left_reason=unknown\n"),
+        "{stv}"
+    );
+
     // our dlm_tool against the same daemon state: byte for byte
     for args in [
         &["ls"][..],

@@ -93,14 +93,14 @@ impl Shell {
                 } => self.start_kernel(write_id, &members, &renew, event_done),
                 Action::Send(bytes) => {
                     if let Err(e) = self.group.mcast(&bytes) {
-                        eprintln!("dlm_controld: {}: multicast: {e}", self.text);
+                        crate::log_error!("{}: multicast: {e}", self.text);
                     }
                     Ok(())
                 }
                 Action::Reply(info) => {
                     if let Some(dev) = self.ctx.device.as_ref() {
                         if let Err(e) = dev.write_record(&info.encode()) {
-                            eprintln!("dlm_controld: plock reply: {e}");
+                            crate::log_error!("plock reply: {e}");
                         }
                     }
                     Ok(())
@@ -114,7 +114,7 @@ impl Shell {
                     }),
             };
             if let Err(e) = r {
-                eprintln!("dlm_controld: {}: {e}", self.text);
+                crate::log_error!("{}: {e}", self.text);
             }
         }
     }
@@ -168,7 +168,7 @@ pub(crate) async fn run(
         Ok(g) => g,
         Err(e) => {
             // cpg_join failed: the kernel's join fails with event_done = -1
-            eprintln!("dlm_controld: {text}: cpg_join: {e}");
+            crate::log_error!("{text}: cpg_join: {e}");
             let _ = ctx.seam.sysfs_write(&name, "event_done", "-1");
             let _ = ctx.done.send(text);
             return;
@@ -188,7 +188,7 @@ pub(crate) async fn run(
             ev = ls.group.next_event() => match ev {
                 Ok(ev) => ls.event(ev),
                 Err(e) => {
-                    eprintln!("dlm_controld: {text}: {e}");
+                    crate::log_error!("{text}: {e}");
                     break;
                 }
             },
@@ -210,7 +210,7 @@ pub(crate) async fn run(
                 Some(LsCommand::Leave) => {
                     ls.core.leave();
                     if let Err(e) = ls.group.leave() {
-                        eprintln!("dlm_controld: {text}: cpg_leave: {e}");
+                        crate::log_error!("{text}: cpg_leave: {e}");
                     }
                 }
                 None => break,

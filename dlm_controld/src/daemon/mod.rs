@@ -109,21 +109,35 @@ fn daemon_event(
     our: u32,
     ev: Event,
     q: QuorumView,
+    status: &query::SharedStatus,
 ) -> Vec<u32> {
     let out = match ev {
         Event::ConfChg {
             members,
             left,
             joined,
-        } => proto.handle_confchg(
-            monotonic_secs(),
-            &members.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-            &left
-                .iter()
-                .map(|m| (m.nodeid, m.reason.to_raw()))
-                .collect::<Vec<_>>(),
-            &joined.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-        ),
+        } => {
+            if let Ok(mut st) = status.lock() {
+                st.member_count = members.len();
+                st.joined_count = joined.len();
+                st.remove_count = left.len();
+            }
+            crate::log_debug!(
+                "daemon confchg members {} joined {} left {}",
+                members.len(),
+                joined.len(),
+                left.len()
+            );
+            proto.handle_confchg(
+                monotonic_secs(),
+                &members.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
+                &left
+                    .iter()
+                    .map(|m| (m.nodeid, m.reason.to_raw()))
+                    .collect::<Vec<_>>(),
+                &joined.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
+            )
+        }
         Event::Deliver {
             nodeid, payload, ..
         } => match Message::decode(&payload) {
@@ -133,8 +147,16 @@ fn daemon_event(
             }) => proto.handle_protocol(nodeid, &p, q, false),
             _ => Vec::new(),
         },
-        Event::Totem { .. } => Vec::new(),
+        Event::Totem { ring, .. } => {
+            if let Ok(mut st) = status.lock() {
+                st.daemon_ringid = ring.seq;
+            }
+            Vec::new()
+        }
     };
+    if let Ok(mut st) = status.lock() {
+        st.set_nodes(proto.nodes().iter().map(|(id, n)| (*id, n)));
+    }
     let mut kick = Vec::new();
     for o in out {
         match o {
@@ -171,7 +193,7 @@ fn notify_ready() {
         sock.send_to(b"READY=1", std::path::Path::new(&path))
     };
     if let Err(e) = sent {
-        eprintln!("dlm_controld: sd_notify: {e}");
+        crate::log_error!("sd_notify: {e}");
     }
 }
 
@@ -196,12 +218,38 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(|e| DaemonError::Io("tokio runtime", e))?;
-    rt.block_on(daemon(args))
+    let r = rt.block_on(daemon(args));
+    if let Err(e) = &r {
+        crate::log_error!("{e}");
+    }
+    r
+}
+
+/// Where log lines go for these options (syslog only for the real kernel, not in tests).
+fn sinks(o: &crate::config::Options, real: bool) -> crate::log::Sinks {
+    use crate::config::Opt;
+    crate::log::Sinks {
+        stderr: o.on(Opt::DaemonDebug),
+        plock_stderr: o.on(Opt::PlockDebug),
+        debug_logfile: o.on(Opt::DebugLogfile),
+        syslog: real,
+    }
 }
 
 async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let seam = args.kernel_root.clone();
+    crate::log::init(
+        Some(&seam.path("var/log/dlm_controld/dlm_controld.log")),
+        sinks(&args.config.options, seam.is_real()),
+    );
     let _pid = pid_file(&seam)?;
+    crate::log::log(
+        crate::log::Level::Info,
+        None,
+        false,
+        false,
+        format_args!("dlm_controld {} started", env!("CARGO_PKG_VERSION")),
+    );
     let embedded = args.cluster == ClusterKind::Embedded;
     let mut services = if embedded {
         None
@@ -209,6 +257,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         Some(CorosyncServices::connect().map_err(DaemonError::Cluster)?)
     };
     let our = services.as_ref().map_or(EMBEDDED_NODEID, |s| s.nodeid);
+    crate::log_debug!("our_nodeid {our}");
     let cluster_name = services
         .as_ref()
         .map_or_else(|| "dlm".to_owned(), |s| s.cluster_name.clone());
@@ -240,6 +289,13 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         .await
         .map_err(DaemonError::Cluster)?;
     let mut proto = DaemonProtocol::new(our);
+    let status: query::SharedStatus =
+        Arc::new(std::sync::Mutex::new(crate::status::DaemonStatus {
+            our,
+            quorate: qrx.borrow().quorate,
+            cluster_ringid: qrx.borrow().ring_seq,
+            ..Default::default()
+        }));
     let q = QuorumView {
         quorate: true,
         quorate_since: 0,
@@ -248,7 +304,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let negotiated = async {
         loop {
             while let Some(ev) = daemon_group.poll_event() {
-                let _ = daemon_event(&mut daemon_group, &mut proto, our, ev, q);
+                let _ = daemon_event(&mut daemon_group, &mut proto, our, ev, q, &status);
             }
             if let Some(r) = proto.negotiated() {
                 return r.map_err(DaemonError::Protocol);
@@ -257,7 +313,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
                 .next_event()
                 .await
                 .map_err(DaemonError::Cluster)?;
-            daemon_event(&mut daemon_group, &mut proto, our, ev, q);
+            daemon_event(&mut daemon_group, &mut proto, our, ev, q, &status);
         }
     };
     tokio::time::timeout(Duration::from_secs(60), negotiated)
@@ -283,6 +339,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         qtx,
         qrx,
         comms,
+        status,
     )
     .await
 }
@@ -324,7 +381,7 @@ impl Comms {
             let mark = cfg.file.node_marks.get(&n).copied().unwrap_or(0);
             for a in s.addrs(n) {
                 if let Err(e) = startup::add_node(seam, n, &a.storage, n == our, mark) {
-                    eprintln!("dlm_controld: {e}");
+                    crate::log_error!("{e}");
                 }
             }
             self.nodes.push(n);
@@ -356,6 +413,7 @@ async fn main_loop(
     qtx: watch::Sender<QuorumState>,
     qrx: watch::Receiver<QuorumState>,
     mut comms: Comms,
+    status: query::SharedStatus,
 ) -> Result<(), DaemonError> {
     // SAFETY: UeventFd owns the descriptor; it stays open and the same for as long as the
     // AsyncFd that owns the UeventFd.
@@ -370,6 +428,7 @@ async fn main_loop(
                 l,
                 registry.clone(),
                 Arc::new(args.config.options.dump()),
+                status.clone(),
             ));
         }
         Err(e) => return Err(DaemonError::Io("query socket \\0dlmc_query_sock", e)),
@@ -423,11 +482,11 @@ async fn main_loop(
             }
             ev = daemon_group.next_event() => {
                 let ev = ev.map_err(DaemonError::Cluster)?;
-                for n in daemon_event(daemon_group, proto, our, ev, q) {
+                for n in daemon_event(daemon_group, proto, our, ev, q, &status) {
                     // a stateful merge: corosync removes the node from the cluster
                     if let Some(s) = services.as_ref() {
                         if let Err(e) = s.cfg.kill_node(n, "dlm_controld") {
-                            eprintln!("dlm_controld: kill node {n}: {e}");
+                            crate::log_error!("kill node {n}: {e}");
                         }
                     }
                 }
@@ -462,13 +521,22 @@ async fn main_loop(
                             q.quorate_since = monotonic_secs();
                         }
                         q.quorate = c.quorate;
+                        crate::log_debug!("cluster quorum {} seq {} nodes {}", u8::from(c.quorate), c.ring_seq, c.nodes.len());
                         comms.update(seam, &args.config, s, our, &c.nodes);
                         let _ = qtx.send(QuorumState { quorate: c.quorate, ring_seq: c.ring_seq });
+                        if let Ok(mut st) = status.lock() {
+                            st.quorate = c.quorate;
+                            st.cluster_ringid = c.ring_seq;
+                        }
                     }
                     s.cfg.dispatch().map_err(DaemonError::Cluster)?;
                     if s.cfg.poll_shutdown().is_some() {
                         // corosync may stop only when no lockspace needs it (C's shutdown_callback)
-                        let _ = s.cfg.reply_shutdown(registry.lock().is_ok_and(|m| m.is_empty()));
+                        let idle = registry.lock().is_ok_and(|m| m.is_empty());
+                        if !idle {
+                            crate::log_debug!("shutdown ignored, active lockspaces");
+                        }
+                        let _ = s.cfg.reply_shutdown(idle);
                     }
                 }
                 if let Ok(m) = registry.lock() {
@@ -577,7 +645,7 @@ fn plock_request(
     let mut info = match dlm_proto::kernel::PlockInfo::decode(bytes) {
         Ok(i) => i,
         Err(e) => {
-            eprintln!("dlm_controld: dropped a plock record: {e}");
+            crate::log_error!("dropped a plock record: {e}");
             return;
         }
     };
@@ -594,7 +662,7 @@ fn plock_request(
                 ..info
             };
             if let Err(e) = device.write_record(&reply.encode()) {
-                eprintln!("dlm_controld: plock reply: {e}");
+                crate::log_error!("plock reply: {e}");
             }
         }
         None => {}

@@ -2,9 +2,10 @@
 //! connection, answered by its own task so a slow reader delays no one, and without
 //! stopping the lockspaces (the C daemon holds its global lock while it writes a dump).
 //!
-//! Commands served: 2 DUMP_PLOCKS, 3 LOCKSPACE_INFO, 5 LOCKSPACES, 6 LOCKSPACE_NODES,
-//! 14 DUMP_CONFIG. Others close the connection without a reply, as C does for commands it
-//! does not know; they arrive with the rest of the query work.
+//! Commands served: 1 DUMP_DEBUG, 2 DUMP_PLOCKS, 3 LOCKSPACE_INFO, 4 NODE_INFO,
+//! 5 LOCKSPACES, 6 LOCKSPACE_NODES, 11 DUMP_LOG_PLOCK, 13 DUMP_STATUS, 14 DUMP_CONFIG.
+//! Others close the connection without a reply, as C does for commands it does not know
+//! on this socket; DUMP_RUN and the main socket arrive with the rest of the query work.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -23,6 +24,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::lockspace::LsCommand;
 use crate::lscore::LsReport;
 
+/// The daemon-wide state DUMP_STATUS reports, kept current by the main task.
+pub(crate) type SharedStatus = Arc<Mutex<crate::status::DaemonStatus>>;
+
 /// The lockspace tasks, by name, shared with the main task.
 pub(crate) type Registry = Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<LsCommand>>>>;
 
@@ -35,17 +39,23 @@ pub(crate) fn bind() -> io::Result<UnixListener> {
 }
 
 /// Accepts forever; each connection gets its own task.
-pub(crate) async fn serve(listener: UnixListener, registry: Registry, config_dump: Arc<String>) {
+pub(crate) async fn serve(
+    listener: UnixListener,
+    registry: Registry,
+    config_dump: Arc<String>,
+    status: SharedStatus,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let reg = registry.clone();
         let cfg = config_dump.clone();
+        let st = status.clone();
         tokio::spawn(async move {
             // a client that never sends its header is dropped, not waited for forever
-            let _ =
-                tokio::time::timeout(Duration::from_secs(10), connection(stream, reg, cfg)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), connection(stream, reg, cfg, st))
+                .await;
         });
     }
 }
@@ -102,16 +112,83 @@ fn node(r: &LsReport, nodeid: u32, members: &[u32]) -> DlmcNode {
     }
 }
 
-async fn connection(mut s: UnixStream, reg: Registry, config_dump: Arc<String>) -> io::Result<()> {
+async fn connection(
+    mut s: UnixStream,
+    reg: Registry,
+    config_dump: Arc<String>,
+    status: SharedStatus,
+) -> io::Result<()> {
     let mut buf = [0u8; HEADER_SIZE];
     s.read_exact(&mut buf).await?;
-    let Ok(h) = DlmcHeader::decode(&buf) else {
-        return Ok(()); // bad header: closed without a reply
+    let h = match DlmcHeader::decode(&buf) {
+        Ok(h) => h,
+        Err(e) => {
+            // bad header: closed without a reply
+            crate::log_error!("query socket: {e}");
+            return Ok(());
+        }
     };
-    let Ok(req) = Request::decode(&h, &[]) else {
-        return Ok(());
+    let req = match Request::decode(&h, &[]) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::log_error!("query socket: {e}");
+            return Ok(());
+        }
     };
     let (reply, payload): (DlmcHeader, Vec<u8>) = match req {
+        Request::DumpDebug => (
+            DlmcHeader::new(Command::DUMP_DEBUG),
+            crate::log::dump_debug(),
+        ),
+        // answered as DUMP_DEBUG, as C does
+        Request::DumpLogPlock => (
+            DlmcHeader::new(Command::DUMP_DEBUG),
+            crate::log::dump_plock(),
+        ),
+        Request::DumpStatus => {
+            // a stream of dlmc_state records without a header, then close
+            let recs = status
+                .lock()
+                .map(|st| st.records(super::monotonic_secs()))
+                .unwrap_or_default();
+            let mut out = Vec::new();
+            for r in &recs {
+                r.encode_into(&mut out);
+            }
+            s.write_all(&out).await?;
+            return s.shutdown().await;
+        }
+        Request::NodeInfo { lockspace, nodeid } => {
+            let n = lockspace.to_str_lossy().into_owned();
+            match report(&reg, &n).await {
+                Some(r) => {
+                    let id = u32::try_from(nodeid).unwrap_or(0);
+                    let known = r.history.iter().any(|(x, _)| *x == id);
+                    // an unknown node: its id and zeros (observed)
+                    let rec = if known {
+                        node(&r, id, &r.members)
+                    } else {
+                        DlmcNode {
+                            nodeid,
+                            flags: NodeFlags(0),
+                            added_seq: 0,
+                            removed_seq: 0,
+                            fail_reason: FailReason::from_raw(0),
+                            fail_walltime: 0,
+                            fail_monotime: 0,
+                        }
+                    };
+                    (DlmcHeader::new(Command::NODE_INFO), rec.encode().to_vec())
+                }
+                None => (
+                    DlmcHeader {
+                        data: -ENOENT,
+                        ..DlmcHeader::new(Command::NODE_INFO)
+                    },
+                    vec![0u8; dlm_proto::query::NODE_SIZE],
+                ),
+            }
+        }
         Request::LockspaceInfo(name) => {
             let n = name.to_str_lossy().into_owned();
             match report(&reg, &n).await {
@@ -242,7 +319,12 @@ async fn connection(mut s: UnixStream, reg: Registry, config_dump: Arc<String>) 
                 }
             }
         }
-        _ => return Ok(()), // not served yet: closed without a reply
+        other => {
+            // main-socket commands and those not served yet: closed without a reply
+            crate::log_debug!("query socket: command {:?} not served", h.command);
+            let _ = other;
+            return Ok(());
+        }
     };
     let reply = DlmcHeader {
         name: h.name,

@@ -1,0 +1,233 @@
+//! Logging as the C daemon does it (logging.c `log_level`): each line is
+//! `<monotonic seconds> [<lockspace> ]<message>`, kept in a 1 MiB debug ring buffer
+//! (`dlm_tool dump`) and, for plock lines, a plock ring buffer (`dlm_tool log_plock`);
+//! errors and notices also go to syslog (ident `dlm_controld`, facility LOCAL4) and the log
+//! file; debug lines to the log file with `debug_logfile`, to stderr with `daemon_debug`.
+
+mod ring;
+
+pub use ring::{RING_SIZE, Ring};
+
+use std::fmt::Arguments;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+/// Severity, as syslog numbers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// `LOG_ERR`
+    Error = 3,
+    /// `LOG_INFO`
+    Info = 6,
+    /// `LOG_DEBUG`
+    Debug = 7,
+}
+
+/// Where lines go, set once at start and by `reload_config`/`set_config`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sinks {
+    /// `daemon_debug`: every line to stderr.
+    pub stderr: bool,
+    /// `plock_debug`: plock lines to stderr too (with `daemon_debug`).
+    pub plock_stderr: bool,
+    /// `debug_logfile`: debug lines to the log file.
+    pub debug_logfile: bool,
+    /// syslog.
+    pub syslog: bool,
+}
+
+struct Logger {
+    debug: Ring,
+    plock: Ring,
+    file: Option<File>,
+    sinks: Sinks,
+}
+
+static LOGGER: OnceLock<Mutex<Logger>> = OnceLock::new();
+
+/// The longest line kept (`LOG_STR_LEN` 512 less the newline and NUL).
+const MAX_LINE: usize = 510;
+
+fn logger() -> &'static Mutex<Logger> {
+    LOGGER.get_or_init(|| {
+        Mutex::new(Logger {
+            debug: Ring::default(),
+            plock: Ring::default(),
+            file: None,
+            sinks: Sinks::default(),
+        })
+    })
+}
+
+/// Opens the log file (appending; its directory created) and syslog.
+pub fn init(logfile: Option<&Path>, sinks: Sinks) {
+    let file = logfile.and_then(|p| {
+        if let Some(dir) = p.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        OpenOptions::new().create(true).append(true).open(p).ok()
+    });
+    if sinks.syslog {
+        // SAFETY: the ident is a 'static C string, as openlog requires (it keeps the pointer).
+        unsafe { libc::openlog(c"dlm_controld".as_ptr(), libc::LOG_PID, libc::LOG_LOCAL4) };
+    }
+    if let Ok(mut l) = logger().lock() {
+        l.file = file;
+        l.sinks = sinks;
+    }
+}
+
+/// Changes where lines go (a reloaded option).
+pub fn set_sinks(sinks: Sinks) {
+    if let Ok(mut l) = logger().lock() {
+        l.sinks = sinks;
+    }
+}
+
+fn monotime() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| u64::try_from(t.tv_sec()).unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// `%b %d %T` in local time, for the log file.
+fn stamp() -> String {
+    let mut buf = [0u8; 64];
+    // SAFETY: time(NULL) has no preconditions; localtime_r writes only into `tm`, which
+    // lives on this stack frame; strftime writes at most buf.len() bytes into `buf` and
+    // the format is a NUL-terminated C string.
+    let n = unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return String::new();
+        }
+        libc::strftime(
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            c"%b %d %T".as_ptr(),
+            &tm,
+        )
+    };
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// The line as it is stored: `<monotime> [<name> ]<message>\n`, cut at 510 characters.
+pub fn format_line(now: u64, name: Option<&str>, msg: &str) -> String {
+    let mut line = match name {
+        // the name is cut at 32 characters
+        Some(n) => format!("{now} {} {msg}", n.get(..32).unwrap_or(n)),
+        None => format!("{now} {msg}"),
+    };
+    if line.len() > MAX_LINE {
+        let mut end = MAX_LINE;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+    }
+    line.push('\n');
+    line
+}
+
+/// One line: `plock` lines go to the plock buffer; `plock_only` ones (C's LOG_NONE) only
+/// there.
+pub fn log(level: Level, name: Option<&str>, plock: bool, plock_only: bool, msg: Arguments<'_>) {
+    let line = format_line(monotime(), name, &msg.to_string());
+    let Ok(mut l) = logger().lock() else {
+        return;
+    };
+    if !plock_only {
+        l.debug.push(line.as_bytes());
+    }
+    if plock {
+        l.plock.push(line.as_bytes());
+    }
+    if level <= Level::Info && l.sinks.syslog {
+        if let Ok(c) = std::ffi::CString::new(line.trim_end()) {
+            // SAFETY: both strings are NUL-terminated; "%s" consumes exactly one argument.
+            unsafe { libc::syslog(level as libc::c_int, c"%s".as_ptr(), c.as_ptr()) };
+        }
+    }
+    let to_file = level <= Level::Info || l.sinks.debug_logfile;
+    if to_file {
+        let st = stamp();
+        if let Some(f) = l.file.as_mut() {
+            let _ = write!(f, "{st} {line}");
+        }
+    }
+    if l.sinks.stderr && (!plock_only || l.sinks.plock_stderr) {
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+}
+
+/// `dlm_tool dump`.
+pub fn dump_debug() -> Vec<u8> {
+    logger()
+        .lock()
+        .map(|l| l.debug.contents())
+        .unwrap_or_default()
+}
+
+/// `dlm_tool log_plock`.
+pub fn dump_plock() -> Vec<u8> {
+    logger()
+        .lock()
+        .map(|l| l.plock.contents())
+        .unwrap_or_default()
+}
+
+/// `log_error`: a line at LOG_ERR.
+#[macro_export]
+macro_rules! log_error {
+    ($($t:tt)*) => { $crate::log::log($crate::log::Level::Error, None, false, false, format_args!($($t)*)) };
+}
+
+/// `log_debug`: a line at LOG_DEBUG.
+#[macro_export]
+macro_rules! log_debug {
+    ($($t:tt)*) => { $crate::log::log($crate::log::Level::Debug, None, false, false, format_args!($($t)*)) };
+}
+
+/// `log_group`: a debug line named by its lockspace.
+#[macro_export]
+macro_rules! log_group {
+    ($ls:expr, $($t:tt)*) => { $crate::log::log($crate::log::Level::Debug, Some($ls), false, false, format_args!($($t)*)) };
+}
+
+/// `log_plock`: a lockspace's plock line, in the plock buffer only.
+#[macro_export]
+macro_rules! log_plock {
+    ($ls:expr, $($t:tt)*) => { $crate::log::log($crate::log::Level::Debug, Some($ls), true, true, format_args!($($t)*)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_format() {
+        assert_eq!(
+            format_line(453, Some("foo"), "send_start 1:1"),
+            "453 foo send_start 1:1\n"
+        );
+        assert_eq!(format_line(447, None, "our_nodeid 1"), "447 our_nodeid 1\n");
+        let long = "x".repeat(600);
+        assert_eq!(format_line(1, None, &long).len(), MAX_LINE + 1);
+        let name = "n".repeat(40);
+        assert!(format_line(1, Some(&name), "m").starts_with(&format!("1 {} m", "n".repeat(32))));
+    }
+
+    #[test]
+    fn buffers_take_their_lines() {
+        log_debug!("unit test line {}", 42);
+        log_plock!("ls1", "plock only line");
+        let d = String::from_utf8_lossy(&dump_debug()).into_owned();
+        let p = String::from_utf8_lossy(&dump_plock()).into_owned();
+        assert!(d.contains(" unit test line 42"), "{d}");
+        assert!(!d.contains("plock only line"), "{d}");
+        assert!(p.contains(" ls1 plock only line"), "{p}");
+    }
+}
