@@ -105,6 +105,10 @@ fn real_dlm_tool_reads_our_daemon() {
     );
     let dir: PathBuf = std::env::temp_dir().join(format!("dlm-tool-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // no daemon yet: the same words from both tools, but ours exits non-zero
+    let down = run(&ns.0, "dlm_tool", &["status"]);
+    assert_eq!(down, ("cannot connect to dlm_controld\n".to_owned(), true));
+    assert_eq!(run(&ns.0, &ours(), &["status"]), (down.0, false));
     let k = FakeKernel::start(&dir).expect("fake kernel");
     let _d = start(&ns.0, &dir);
     assert!(k.wait_daemon(T));
@@ -248,6 +252,28 @@ fn real_dlm_tool_reads_our_daemon() {
     ] {
         let out = same(&ns.0, args);
         assert!(!out.is_empty(), "{args:?}");
+    }
+    // status carries the daemon's clock, which may tick between the two runs
+    let clock = |s: &str| -> String {
+        s.lines()
+            .map(|l| {
+                if l.starts_with("daemon now ") || l.starts_with("    monotime=") {
+                    l.chars()
+                        .filter(|c| !c.is_ascii_digit())
+                        .collect::<String>()
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for args in [&["status"][..], &["status", "-v"]] {
+        let real = tool(&ns.0, args);
+        let (mine, ok) = run(&ns.0, &ours(), args);
+        assert!(ok);
+        assert_eq!(clock(&mine), clock(&real), "dlm_tool {args:?}");
+        assert!(real.lines().count() >= 3, "{real}");
     }
     assert_eq!(
         same(&ns.0, &["plocks", "bar"]),

@@ -9,7 +9,7 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 use dlm_proto::LockspaceName;
 use dlm_proto::query::{
     Command, DlmcHeader, DlmcLockspace, DlmcNode, FLAG_UNCAPPED_DUMP, HEADER_SIZE, LOCKSPACE_SIZE,
-    NODE_SIZE, NodesKind, QUERY_SOCK_NAME, QueryError,
+    NODE_SIZE, NodesKind, QUERY_SOCK_NAME, QueryError, StateRecord,
 };
 
 /// Why a query got no answer.
@@ -68,6 +68,28 @@ pub(crate) fn dump(command: Command, name: Option<&[u8]>) -> Result<(Vec<u8>, i3
         text.truncate(nul);
     }
     Ok((text, rh.data))
+}
+
+/// The DUMP_STATUS stream: records until the daemon closes (no reply header). A record
+/// that does not decode ends the list, as the C client's loop ends.
+pub(crate) fn status_records() -> Result<Vec<StateRecord>, ClientError> {
+    let addr = SocketAddr::from_abstract_name(QUERY_SOCK_NAME)?;
+    let mut s = UnixStream::connect_addr(&addr)?;
+    s.write_all(&DlmcHeader::new(Command::DUMP_STATUS).encode())?;
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes)?;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match StateRecord::decode(&bytes[at..]) {
+            Ok((r, used)) => {
+                out.push(r);
+                at += used;
+            }
+            Err(_) => break,
+        }
+    }
+    Ok(out)
 }
 
 /// `dlmc_lockspace_info`.

@@ -1,11 +1,12 @@
 //! dlm_tool: queries dlm_controld over its query socket and prints what the C `dlm_tool`
-//! 4.2.0 prints, byte for byte, for `ls [-n] [name]`, `plocks <name>`, `dump`,
+//! 4.2.0 prints, byte for byte, for `ls [-n] [name]`, `plocks <name>`, `status [-v]`, `dump`,
 //! `dump_config` and `log_plock`. Differences, on purpose: `plocks` asks our daemon for the
 //! whole table instead of the first MiB, and an unreachable daemon or a missing lockspace
 //! is reported on stderr with exit status 1 instead of silent empty output.
 
 mod client;
 mod show;
+mod status;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ use dlm_proto::query::{Command, NodesKind};
 enum Op {
     List { name: Option<String>, all: bool },
     Plocks(String),
+    Status { verbose: bool },
     Dump(Command),
     Help,
     Version,
@@ -30,24 +32,26 @@ Usage: dlm_tool [options] <command> [name]
 Commands served by this build:
   ls [name]       lockspaces, their current and pending changes and members
   plocks <name>   posix locks held and waiting in a lockspace (whole table)
+  status          the daemon and its nodes (-v: every field); exit 1 when the
+                  daemon cannot be reached
   dump            the daemon's debug buffer
   dump_config     every option with its value and where it came from
   log_plock       the plock debug buffer
 
-Not yet in this build (use the C dlm_tool): status, join, leave, joinleave,
+Not yet in this build (use the C dlm_tool): join, leave, joinleave,
   fence_ack, deadlock_check, lockdump, lockdebug, run, run_start, run_check,
   run_cancel, run_list
 
 Options:
   -n              with ls, also every node the lockspace has seen
+  -v              with status, every field
   -h              this text
   -V              version
   -e, -f, -m, -i  accepted with their argument, used by commands not in this build
-  -M, -s, -v, -w  accepted, used by commands not in this build
+  -M, -s, -w      accepted, used by commands not in this build
 ";
 
 const NOT_YET: &[&str] = &[
-    "status",
     "join",
     "leave",
     "joinleave",
@@ -66,6 +70,7 @@ const NOT_YET: &[&str] = &[
 /// the word after it (`decode_arguments`).
 fn parse(args: &[String]) -> Result<Op, String> {
     let mut all = false;
+    let mut verbose = false;
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -80,7 +85,8 @@ fn parse(args: &[String]) -> Result<Op, String> {
         for (i, c) in opts.char_indices() {
             match c {
                 'n' => all = true,
-                'M' | 's' | 'v' | 'w' => {}
+                'v' => verbose = true,
+                'M' | 's' | 'w' => {}
                 'h' => return Ok(Op::Help),
                 'V' => return Ok(Op::Version),
                 'm' | 'e' | 'f' | 'i' => {
@@ -94,7 +100,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
             }
         }
     }
-    let known = ["ls", "plocks", "dump", "dump_config", "log_plock"];
+    let known = ["ls", "plocks", "status", "dump", "dump_config", "log_plock"];
     let Some(at) = words
         .iter()
         .position(|w| known.contains(&w.as_str()) || NOT_YET.contains(&w.as_str()))
@@ -107,6 +113,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
         "plocks" => name
             .map(Op::Plocks)
             .ok_or_else(|| "lockspace name required".to_owned()),
+        "status" => Ok(Op::Status { verbose }),
         "dump" => Ok(Op::Dump(Command::DUMP_DEBUG)),
         "dump_config" => Ok(Op::Dump(Command::DUMP_CONFIG)),
         "log_plock" => Ok(Op::Dump(Command::DUMP_LOG_PLOCK)),
@@ -213,6 +220,19 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
+        Op::Status { verbose } => match client::status_records() {
+            Ok(recs) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                write_out(status::format(&recs, verbose, now).as_bytes())
+            }
+            Err(e) => {
+                // the C client's words, on stdout; but a non-zero exit for monitors
+                let _ = write_out(b"cannot connect to dlm_controld\n");
+                fail(&e)
+            }
+        },
         Op::Dump(cmd) => match client::dump(cmd, None) {
             // do_dump prints the text, then a newline
             Ok((mut text, _)) => {
@@ -269,6 +289,8 @@ mod tests {
         assert!(p("").is_err());
         assert!(p("ls -x").is_err_and(|e| e.contains("-x")));
         assert!(p("plocks -m").is_err_and(|e| e.contains("argument")));
+        assert_eq!(p("status -v"), Ok(Op::Status { verbose: true }));
+        assert_eq!(p("status"), Ok(Op::Status { verbose: false }));
         assert!(p("fence_ack 3").is_err_and(|e| e.contains("not in this build")));
         assert!(p("lsx").is_err());
     }
