@@ -94,6 +94,7 @@ fn main() -> ExitCode {
         cluster,
         config,
         conf_text,
+        conf_path: Some(conf_path),
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -93,6 +93,100 @@ fn start(ns: &str, dir: &Path) -> Daemon {
     )
 }
 
+/// Polls `dump_config` until `pred` holds (the main socket has no replies).
+fn config_until(ns: &str, pred: impl Fn(&str) -> bool) -> String {
+    let end = std::time::Instant::now() + T;
+    loop {
+        let c = tool(ns, &["dump_config"]);
+        if pred(&c) || std::time::Instant::now() > end {
+            return c;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// set_config and reload_config from the real tool and ours; non-root callers refused.
+fn control_socket(ns: &str, dir: &Path, k: &FakeKernel) {
+    // a non-root caller: the tool thinks it worked, the daemon refuses and logs it
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+        .args(["dlm_tool", "set_config", "drop_resources_age=1234"])
+        .output()
+        .expect("setpriv");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "set_config done\n");
+    let dump = {
+        let end = std::time::Instant::now() + T;
+        loop {
+            let d = tool(ns, &["dump"]);
+            if d.contains("refused for uid 65534") || std::time::Instant::now() > end {
+                break d;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert!(
+        dump.contains("command 19 refused for uid 65534: needs root"),
+        "{dump}"
+    );
+    assert!(tool(ns, &["dump_config"]).contains("drop_resources_age=10000\n"));
+
+    // the real tool as root
+    assert_eq!(
+        tool(
+            ns,
+            &[
+                "set_config",
+                "log_debug=1",
+                "drop_resources_age=2000",
+                "enable_fencing=0"
+            ]
+        ),
+        "set_config done\n"
+    );
+    let c = config_until(ns, |c| c.contains("drop_resources_age=2000"));
+    assert!(c.contains("log_debug=1 (set_config)\n"), "{c}");
+    assert!(c.contains("drop_resources_age=2000 (set_config)\n"), "{c}");
+    assert!(c.contains("\nenable_fencing=1\n"), "not settable: {c}");
+    assert!(
+        k.wait_records(T, |r| r.iter().any(
+            |x| matches!(x, Record::Write(p, v) if p.ends_with("cluster/log_debug") && v == b"1")
+        )),
+        "log_debug written to configfs at once"
+    );
+    let d = tool(ns, &["dump"]);
+    assert!(
+        d.contains(" config dynamic drop_resources_age = 2000 previous use 10000\n"),
+        "{d}"
+    );
+
+    // ours: restore, then reload a changed dlm.conf
+    let (out, ok) = run(ns, &ours(), &["set_config", "drop_resources_age=restore"]);
+    assert_eq!((out.as_str(), ok), ("set_config done\n", true));
+    let c = config_until(ns, |c| c.contains("drop_resources_age=10000\n"));
+    assert!(c.contains("drop_resources_age=10000\n"), "{c}");
+    std::fs::create_dir_all(dir.join("etc/dlm")).expect("etc");
+    std::fs::write(dir.join("etc/dlm/dlm.conf"), "drop_resources_count=7\n").expect("conf");
+    assert_eq!(tool(ns, &["reload_config"]), "reload_config done\n");
+    let c = config_until(ns, |c| c.contains("drop_resources_count=7"));
+    assert!(c.contains("drop_resources_count=7 (dlm.conf)\n"), "{c}");
+    // set_config wins over the file; cli options are untouched
+    assert!(c.contains("log_debug=1 (set_config)\n"), "{c}");
+    assert!(c.contains("post_join_delay=7 (cli option)\n"), "{c}");
+    std::fs::remove_file(dir.join("etc/dlm/dlm.conf")).expect("rm conf");
+    let (out, ok) = run(ns, &ours(), &["reload_config"]);
+    assert_eq!((out.as_str(), ok), ("reload_config done\n", true));
+    let c = config_until(ns, |c| c.contains("drop_resources_count=10\n"));
+    assert!(c.contains("drop_resources_count=10\n"), "{c}");
+}
+
 #[test]
 fn real_dlm_tool_reads_our_daemon() {
     let ns = Netns(format!("dlmq-{}", std::process::id()));
@@ -307,6 +401,8 @@ fn real_dlm_tool_reads_our_daemon() {
             k.recv_plock_raw(T).expect("reply");
         }
     }
+    control_socket(&ns.0, &dir, &k);
+
     let real = tool(&ns.0, &["plocks", "foo"]);
     let (mine, ok) = run(&ns.0, &ours(), &["plocks", "foo"]);
     assert!(ok);

@@ -9,7 +9,7 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 use dlm_proto::LockspaceName;
 use dlm_proto::query::{
     Command, DlmcHeader, DlmcLockspace, DlmcNode, FLAG_UNCAPPED_DUMP, HEADER_SIZE, LOCKSPACE_SIZE,
-    NODE_SIZE, NodesKind, QUERY_SOCK_NAME, QueryError, StateRecord,
+    MAIN_SOCK_NAME, NODE_SIZE, NodesKind, QUERY_SOCK_NAME, QueryError, Request, StateRecord,
 };
 
 /// Why a query got no answer.
@@ -90,6 +90,15 @@ pub(crate) fn status_records() -> Result<Vec<StateRecord>, ClientError> {
         }
     }
     Ok(out)
+}
+
+/// Writes one request to the main socket (`\0dlmc_sock`) and closes: RELOAD_CONFIG and
+/// SET_CONFIG have no reply.
+pub(crate) fn send_main(request: &Request) -> Result<(), ClientError> {
+    let addr = SocketAddr::from_abstract_name(MAIN_SOCK_NAME)?;
+    let mut s = UnixStream::connect_addr(&addr)?;
+    s.write_all(&request.encode())?;
+    Ok(())
 }
 
 /// `dlmc_lockspace_info`.

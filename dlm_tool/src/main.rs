@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use client::ClientError;
 use dlm_proto::LockspaceName;
-use dlm_proto::query::{Command, NodesKind};
+use dlm_proto::query::{Command, NodesKind, Request};
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
@@ -21,6 +21,8 @@ enum Op {
     List { name: Option<String>, all: bool },
     Plocks(String),
     Status { verbose: bool },
+    ReloadConfig,
+    SetConfig(String),
     Dump(Command),
     Help,
     Version,
@@ -37,6 +39,9 @@ Commands served by this build:
   dump            the daemon's debug buffer
   dump_config     every option with its value and where it came from
   log_plock       the plock debug buffer
+  reload_config   re-read dlm.conf (needs root)
+  set_config k=v ...  change settable options at run time; k=restore, restore_all
+                  (needs root)
 
 Not yet in this build (use the C dlm_tool): join, leave, joinleave,
   fence_ack, deadlock_check, lockdump, lockdebug, run, run_start, run_check,
@@ -100,7 +105,16 @@ fn parse(args: &[String]) -> Result<Op, String> {
             }
         }
     }
-    let known = ["ls", "plocks", "status", "dump", "dump_config", "log_plock"];
+    let known = [
+        "ls",
+        "plocks",
+        "status",
+        "dump",
+        "dump_config",
+        "log_plock",
+        "reload_config",
+        "set_config",
+    ];
     let Some(at) = words
         .iter()
         .position(|w| known.contains(&w.as_str()) || NOT_YET.contains(&w.as_str()))
@@ -114,6 +128,21 @@ fn parse(args: &[String]) -> Result<Op, String> {
             .map(Op::Plocks)
             .ok_or_else(|| "lockspace name required".to_owned()),
         "status" => Ok(Op::Status { verbose }),
+        "reload_config" => Ok(Op::ReloadConfig),
+        "set_config" => {
+            // every word after the command, each followed by a space (as 4.2.0 sends them)
+            let text: String = words[at + 1..].iter().map(|w| format!("{w} ")).collect();
+            if text.is_empty() {
+                Err("set_config needs key=value arguments".to_owned())
+            } else if text.len() >= dlm_proto::query::EXTRA_SIZE {
+                Err(format!(
+                    "set_config text too long (max {})",
+                    dlm_proto::query::EXTRA_SIZE - 1
+                ))
+            } else {
+                Ok(Op::SetConfig(text))
+            }
+        }
         "dump" => Ok(Op::Dump(Command::DUMP_DEBUG)),
         "dump_config" => Ok(Op::Dump(Command::DUMP_CONFIG)),
         "log_plock" => Ok(Op::Dump(Command::DUMP_LOG_PLOCK)),
@@ -233,6 +262,22 @@ fn main() -> ExitCode {
                 fail(&e)
             }
         },
+        Op::ReloadConfig => match client::send_main(&Request::ReloadConfig) {
+            Ok(()) => write_out(b"reload_config done\n"),
+            Err(e) => {
+                let _ = write_out(b"reload_config failed\n");
+                fail(&e)
+            }
+        },
+        Op::SetConfig(text) => match client::send_main(&Request::SetConfig {
+            text: text.into_bytes(),
+        }) {
+            Ok(()) => write_out(b"set_config done\n"),
+            Err(e) => {
+                let _ = write_out(b"set_config failed\n");
+                fail(&e)
+            }
+        },
         Op::Dump(cmd) => match client::dump(cmd, None) {
             // do_dump prints the text, then a newline
             Ok((mut text, _)) => {
@@ -291,6 +336,12 @@ mod tests {
         assert!(p("plocks -m").is_err_and(|e| e.contains("argument")));
         assert_eq!(p("status -v"), Ok(Op::Status { verbose: true }));
         assert_eq!(p("status"), Ok(Op::Status { verbose: false }));
+        assert_eq!(p("reload_config"), Ok(Op::ReloadConfig));
+        assert_eq!(
+            p("set_config log_debug=1 post_join_delay=5"),
+            Ok(Op::SetConfig("log_debug=1 post_join_delay=5 ".into()))
+        );
+        assert!(p("set_config").is_err());
         assert!(p("fence_ack 3").is_err_and(|e| e.contains("not in this build")));
         assert!(p("lsx").is_err());
     }

@@ -6,6 +6,7 @@
 //! sockets, the plock path (see docs/ARCHITECTURE.md).
 
 mod cluster;
+mod control;
 mod lockspace;
 mod query;
 mod startup;
@@ -51,6 +52,8 @@ pub struct DaemonArgs {
     pub config: Config,
     /// Text of dlm.conf, re-read for each lockspace's sections.
     pub conf_text: Option<String>,
+    /// Where dlm.conf is, for `reload_config` and `set_config ... restore`.
+    pub conf_path: Option<std::path::PathBuf>,
 }
 
 /// Why the daemon stopped.
@@ -422,12 +425,22 @@ async fn main_loop(
     }
     .map_err(|e| DaemonError::Io("uevent registration", e.into()))?;
     let registry: query::Registry = Arc::default();
+    let mut config = args.config.clone();
+    let config_dump: query::ConfigDump =
+        Arc::new(std::sync::Mutex::new(Arc::new(config.options.dump())));
+    let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel();
+    match control::bind() {
+        Ok(l) => {
+            tokio::spawn(control::serve(l, ctl_tx));
+        }
+        Err(e) => return Err(DaemonError::Io("main socket \\0dlmc_sock", e)),
+    }
     match query::bind() {
         Ok(l) => {
             tokio::spawn(query::serve(
                 l,
                 registry.clone(),
-                Arc::new(args.config.options.dump()),
+                config_dump.clone(),
                 status.clone(),
             ));
         }
@@ -475,7 +488,7 @@ async fn main_loop(
                 let Ok(mut guard) = r else { continue };
                 match guard.get_inner().0.try_recv() {
                     Ok(bytes) if bytes.is_empty() => return Err(DaemonError::Io("uevent source", io::Error::from(io::ErrorKind::UnexpectedEof))),
-                    Ok(bytes) => handle_uevent(args, &ctx, &bytes, &registry, &mut fsids),
+                    Ok(bytes) => handle_uevent(&config, &ctx, &bytes, &registry, &mut fsids),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
                     Err(e) => return Err(DaemonError::Io("uevent source", e)),
                 }
@@ -489,6 +502,12 @@ async fn main_loop(
                             crate::log_error!("kill node {n}: {e}");
                         }
                     }
+                }
+            }
+            Some(c) = ctl_rx.recv() => {
+                apply_control(c, &mut config, args.conf_path.as_deref(), seam);
+                if let Ok(mut d) = config_dump.lock() {
+                    *d = Arc::new(config.options.dump());
                 }
             }
             Some(name) = done_rx.recv() => {
@@ -522,7 +541,7 @@ async fn main_loop(
                         }
                         q.quorate = c.quorate;
                         crate::log_debug!("cluster quorum {} seq {} nodes {}", u8::from(c.quorate), c.ring_seq, c.nodes.len());
-                        comms.update(seam, &args.config, s, our, &c.nodes);
+                        comms.update(seam, &config, s, our, &c.nodes);
                         let _ = qtx.send(QuorumState { quorate: c.quorate, ring_seq: c.ring_seq });
                         if let Ok(mut st) = status.lock() {
                             st.quorate = c.quorate;
@@ -572,8 +591,68 @@ pub(crate) struct LsContext {
     pub(crate) device: Option<Arc<MiscDevice>>,
 }
 
+fn fmt_value(v: &crate::config::Value) -> String {
+    match v {
+        crate::config::Value::Num(n) => n.to_string(),
+        crate::config::Value::Str(s) => s.clone(),
+    }
+}
+
+/// `reload_config` / `set_config` from the main socket, and their effects: where log lines
+/// go, and `log_debug` written to configfs at once (as C does).
+fn apply_control(
+    c: control::ControlCmd,
+    config: &mut Config,
+    conf_path: Option<&std::path::Path>,
+    seam: &KernelRoot,
+) {
+    let file_text = conf_path.and_then(|p| fs::read_to_string(p).ok());
+    let changes = match c {
+        control::ControlCmd::Reload => match config.reload(file_text.as_deref()) {
+            Ok(ch) => {
+                for c in &ch {
+                    crate::log_debug!(
+                        "config file {} = {} cli_set 0 use {}",
+                        c.opt.spec().name,
+                        fmt_value(&c.new),
+                        fmt_value(&c.new)
+                    );
+                }
+                ch
+            }
+            Err(e) => {
+                crate::log_error!("reload_config: {e}");
+                return;
+            }
+        },
+        control::ControlCmd::SetConfig(text) => {
+            let (ch, ignored) = config.set_config(&text, file_text.as_deref());
+            for c in &ch {
+                crate::log_debug!(
+                    "config dynamic {} = {} previous use {}",
+                    c.opt.spec().name,
+                    fmt_value(&c.new),
+                    fmt_value(&c.old)
+                );
+            }
+            for w in ignored {
+                crate::log_debug!("set_config ignored {w}");
+            }
+            ch
+        }
+    };
+    crate::log::set_sinks(sinks(&config.options, seam.is_real()));
+    for c in changes {
+        if c.opt == crate::config::Opt::LogDebug {
+            if let Err(e) = seam.configfs_write("log_debug", fmt_value(&c.new).as_bytes()) {
+                crate::log_error!("set log_debug: {e}");
+            }
+        }
+    }
+}
+
 fn handle_uevent(
-    args: &DaemonArgs,
+    config: &Config,
     ctx: &LsContext,
     bytes: &[u8],
     registry: &query::Registry,
@@ -589,8 +668,7 @@ fn handle_uevent(
             if lockspaces.contains_key(&name) {
                 return; // -EEXIST: already known, no event_done
             }
-            let conf = args
-                .config
+            let conf = config
                 .file
                 .lockspaces
                 .get(&name)

@@ -24,6 +24,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::lockspace::LsCommand;
 use crate::lscore::LsReport;
 
+/// The current `dump_config` text, replaced by `reload_config`/`set_config`.
+pub(crate) type ConfigDump = Arc<Mutex<Arc<String>>>;
+
 /// The daemon-wide state DUMP_STATUS reports, kept current by the main task.
 pub(crate) type SharedStatus = Arc<Mutex<crate::status::DaemonStatus>>;
 
@@ -42,7 +45,7 @@ pub(crate) fn bind() -> io::Result<UnixListener> {
 pub(crate) async fn serve(
     listener: UnixListener,
     registry: Registry,
-    config_dump: Arc<String>,
+    config_dump: ConfigDump,
     status: SharedStatus,
 ) {
     loop {
@@ -50,7 +53,7 @@ pub(crate) async fn serve(
             continue;
         };
         let reg = registry.clone();
-        let cfg = config_dump.clone();
+        let cfg = config_dump.lock().map(|d| d.clone()).unwrap_or_default();
         let st = status.clone();
         tokio::spawn(async move {
             // a client that never sends its header is dropped, not waited for forever

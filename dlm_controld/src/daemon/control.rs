@@ -1,0 +1,165 @@
+//! The main socket `\0dlmc_sock` (libdlmcontrol's "action" socket): commands that change
+//! state. A connection stays open for any number of requests until the client closes
+//! (RUN_START closes after its reply), as C's does.
+//!
+//! Unlike C, which lets any local user `fence_ack` a node, every command here needs the
+//! peer to be root (SO_PEERCRED uid 0); others are refused, logged, and answered `-EPERM`
+//! where the command has a reply.
+
+use std::io;
+use std::os::linux::net::SocketAddrExt;
+use std::time::Duration;
+
+use dlm_proto::query::{Command, DlmcHeader, EXTRA_SIZE, HEADER_SIZE, MAIN_SOCK_NAME, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+/// What the main task must do for a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ControlCmd {
+    /// `dlm_tool reload_config`.
+    Reload,
+    /// `dlm_tool set_config`: the `key=val ` text.
+    SetConfig(String),
+}
+
+/// Binds the abstract main socket (address length 12, no trailing NUL).
+pub(crate) fn bind() -> io::Result<UnixListener> {
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(MAIN_SOCK_NAME)?;
+    let l = std::os::unix::net::UnixListener::bind_addr(&addr)?;
+    l.set_nonblocking(true)?;
+    UnixListener::from_std(l)
+}
+
+/// Accepts forever; each connection gets its own task.
+pub(crate) async fn serve(listener: UnixListener, tx: mpsc::UnboundedSender<ControlCmd>) {
+    let mut next = 0u64;
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        next += 1;
+        let tx = tx.clone();
+        let ci = next;
+        tokio::spawn(async move {
+            if let Err(e) = connection(stream, tx, ci).await {
+                crate::log_debug!("connection {ci} read error {e}");
+            }
+        });
+    }
+}
+
+const EPERM: i32 = 1;
+const EOPNOTSUPP: i32 = 95;
+
+async fn reply(s: &mut UnixStream, h: DlmcHeader, payload: &[u8]) -> io::Result<()> {
+    let h = h.with_payload_len(payload.len());
+    s.write_all(&h.encode()).await?;
+    s.write_all(payload).await
+}
+
+async fn connection(
+    mut s: UnixStream,
+    tx: mpsc::UnboundedSender<ControlCmd>,
+    ci: u64,
+) -> io::Result<()> {
+    let uid = s.peer_cred()?.uid();
+    loop {
+        let mut hb = [0u8; HEADER_SIZE];
+        match s.read_exact(&mut hb).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let h = match DlmcHeader::decode(&hb) {
+            Ok(h) => h,
+            Err(e) => {
+                crate::log_error!("connection {ci}: {e}");
+                return Ok(());
+            }
+        };
+        let mut extra = vec![0u8; Request::extra_len(&h).min(EXTRA_SIZE)];
+        // a client that announces extra bytes and never sends them is dropped
+        if tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut extra))
+            .await
+            .is_err()
+        {
+            crate::log_error!("connection {ci}: request body not sent");
+            return Ok(());
+        }
+        let req = match Request::decode(&h, &extra) {
+            Ok(r) => r,
+            Err(e) => {
+                crate::log_error!("connection {ci}: {e}");
+                return Ok(());
+            }
+        };
+        let base = DlmcHeader {
+            name: h.name,
+            ..DlmcHeader::new(h.command)
+        };
+        if uid != 0 {
+            crate::log_error!(
+                "connection {ci}: command {} refused for uid {uid}: needs root",
+                h.command.0
+            );
+            let denied = DlmcHeader {
+                data: -EPERM,
+                ..base
+            };
+            match h.command {
+                Command::FS_REGISTER | Command::FS_NOTIFIED | Command::RUN_START => {
+                    reply(&mut s, denied, &[]).await?;
+                }
+                Command::RUN_CHECK => reply(&mut s, denied, &0u32.to_ne_bytes()).await?,
+                _ => {}
+            }
+            continue;
+        }
+        match req {
+            Request::ReloadConfig => {
+                let _ = tx.send(ControlCmd::Reload);
+            }
+            Request::SetConfig { text } => {
+                let _ = tx.send(ControlCmd::SetConfig(
+                    String::from_utf8_lossy(&text).into_owned(),
+                ));
+            }
+            Request::FenceAck { nodeid } => {
+                crate::log_error!("fence_ack {nodeid} ignored: this build does no fencing");
+            }
+            // fs_controld mode (enable_fscontrol) is not supported, as with C's default
+            Request::FsRegister(_) => {
+                let r = DlmcHeader {
+                    data: -EOPNOTSUPP,
+                    ..base
+                };
+                reply(&mut s, r, &[]).await?;
+            }
+            Request::FsNotified { nodeid, .. } => {
+                let r = DlmcHeader {
+                    option: u32::try_from(nodeid).unwrap_or(0),
+                    data: -EOPNOTSUPP,
+                    ..base
+                };
+                reply(&mut s, r, &[]).await?;
+            }
+            Request::FsUnregister(_) => {}
+            // the helper that runs commands for `dlm_tool run` is not in this build
+            Request::RunStart { .. } => {
+                crate::log_error!("run_start refused: no helper in this build");
+                let r = DlmcHeader { data: -1, ..base };
+                reply(&mut s, r, &[]).await?;
+                return Ok(());
+            }
+            Request::RunCheck { .. } => {
+                let r = DlmcHeader { data: -1, ..base };
+                reply(&mut s, r, &0u32.to_ne_bytes()).await?;
+            }
+            _ => {
+                crate::log_error!("process_connection {ci} unknown command {}", h.command.0);
+            }
+        }
+    }
+}
