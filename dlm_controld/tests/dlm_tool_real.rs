@@ -301,12 +301,20 @@ fn real_dlm_tool_reads_our_daemon() {
     k.send_plock(&unlock_mid).expect("send");
     k.recv_plock_raw(T).expect("unlock reply");
 
-    // the debug buffer, the plock buffer (empty without plock_debug) and the status stream
+    // the debug buffer, the plock buffer and the status stream
     let dump = tool(&ns.0, &["dump"]);
     assert!(dump.contains(" our_nodeid 1\n"), "{dump}");
     assert!(dump.contains(" dlm_controld 0.1.0 started\n"), "{dump}");
     assert!(dump.ends_with("\n\n") || dump.ends_with('\n'), "{dump:?}");
-    assert_eq!(tool(&ns.0, &["log_plock"]), "\n");
+    let pl = tool(&ns.0, &["log_plock"]);
+    assert!(
+        pl.contains(" foo read plock 4d LK WR 0-9 1/4242/abc w 0\n"),
+        "{pl}"
+    );
+    assert!(
+        !dump.contains("read plock"),
+        "plock lines stay out of the debug buffer"
+    );
     let st = tool(&ns.0, &["status"]);
     let lines: Vec<&str> = st.lines().collect();
     // embedded mode: no quorum service (cluster ring 0), the daemon group's ring 1
@@ -343,6 +351,7 @@ fn real_dlm_tool_reads_our_daemon() {
         &["dump_config"],
         &["plocks", "foo"],
         &["plocks", "bar"],
+        &["log_plock"],
     ] {
         let out = same(&ns.0, args);
         assert!(!out.is_empty(), "{args:?}");

@@ -728,7 +728,12 @@ fn plock_request(
         }
     };
     info.nodeid = i32::try_from(our).unwrap_or(0);
-    let task = fsids.get(&info.fsid).and_then(|n| lockspaces.get(n));
+    let name = fsids.get(&info.fsid);
+    match name {
+        Some(n) => crate::log_plock!(n, "read plock {}", crate::log::plock_words(&info)),
+        None => crate::log_error!("process_plocks: no ls id {:x}", info.fsid),
+    }
+    let task = name.and_then(|n| lockspaces.get(n));
     match task {
         Some(tx) => {
             let _ = tx.send(LsCommand::Plock(info));

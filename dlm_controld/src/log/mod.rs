@@ -163,6 +163,35 @@ pub fn log(level: Level, name: Option<&str>, plock: bool, plock_only: bool, msg:
     }
 }
 
+/// The words C's plock log uses for a request: `<number> <LK|UN|GET|??> <WR|RD|->
+/// <start>-<end> <nodeid>/<pid>/<owner> w <wait>` (plock.c `op_str`, `ex_str`).
+pub fn plock_words(info: &dlm_proto::kernel::PlockInfo) -> String {
+    use dlm_proto::kernel::PlockOp;
+    let op = match info.op {
+        PlockOp::LOCK => "LK",
+        PlockOp::UNLOCK => "UN",
+        PlockOp::GET => "GET",
+        _ => "??",
+    };
+    let ex = if info.op == PlockOp::UNLOCK || info.op == PlockOp::GET {
+        "-"
+    } else if info.ex {
+        "WR"
+    } else {
+        "RD"
+    };
+    format!(
+        "{:x} {op} {ex} {:x}-{:x} {}/{}/{:x} w {}",
+        info.number,
+        info.start,
+        info.end,
+        info.nodeid,
+        info.pid,
+        info.owner,
+        u8::from(info.wait)
+    )
+}
+
 /// `dlm_tool dump`.
 pub fn dump_debug() -> Vec<u8> {
     logger()
@@ -218,6 +247,40 @@ mod tests {
         assert_eq!(format_line(1, None, &long).len(), MAX_LINE + 1);
         let name = "n".repeat(40);
         assert!(format_line(1, Some(&name), "m").starts_with(&format!("1 {} m", "n".repeat(32))));
+    }
+
+    #[test]
+    fn plock_words_as_c() {
+        use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+        let mut i = PlockInfo {
+            version: PLOCK_VERSION,
+            op: PlockOp::LOCK,
+            ex: true,
+            wait: true,
+            flags: PlockFlags(0),
+            pid: 4242,
+            nodeid: 1,
+            rv: 0,
+            fsid: 7,
+            number: 0x4d,
+            start: 0,
+            end: u64::MAX,
+            owner: 0xabc,
+        };
+        assert_eq!(
+            plock_words(&i),
+            "4d LK WR 0-ffffffffffffffff 1/4242/abc w 1"
+        );
+        i.ex = false;
+        i.wait = false;
+        assert_eq!(
+            plock_words(&i),
+            "4d LK RD 0-ffffffffffffffff 1/4242/abc w 0"
+        );
+        i.op = PlockOp::UNLOCK;
+        assert!(plock_words(&i).starts_with("4d UN - "));
+        i.op = PlockOp::CANCEL;
+        assert!(plock_words(&i).starts_with("4d ?? RD "));
     }
 
     #[test]
