@@ -16,6 +16,8 @@ packages=(
     corosync libcpg-dev libcmap-dev libquorum-dev libvotequorum-dev libcfg-dev
     iproute2                      # network namespaces for the multi-node tests
     dlm-controld                  # the real dlm_tool 4.2.0, a client of our daemon in tests
+    systemd                       # systemd-analyze verifies systemd/dlm.service
+    util-linux                    # setpriv: a non-root client of the main socket
 )
 echo "installing system packages (apt-get)…"
 apt-get update -qq
