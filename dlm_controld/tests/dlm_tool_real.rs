@@ -385,6 +385,53 @@ fn real_dlm_tool_reads_our_daemon() {
          5 WR 80-99 nodeid 1 pid 1 owner 11 rown 0\n\
          5 WR 50-60 nodeid 1 pid 2 owner 22 rown 0 WAITING\n"
     );
+    // --json: the same facts, parsed; plock ages from our daemon
+    let (j, ok) = run(&ns.0, &ours(), &["plocks", "--json", "bar"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&j).expect("plocks json");
+    let locks = v["plocks"].as_array().expect("array");
+    assert_eq!(locks.len(), 3, "{j}");
+    assert_eq!(v["unparsed"].as_array().map(Vec::len), Some(0), "{j}");
+    assert_eq!(locks[2]["waiting"], true);
+    assert_eq!(locks[2]["owner"], 0x22);
+    assert_eq!(
+        (locks[0]["start"].as_u64(), locks[0]["end"].as_u64()),
+        (Some(0), Some(69))
+    );
+    assert!(locks.iter().all(|l| l["age_ms"].is_u64()), "{j}");
+    let (j, ok) = run(&ns.0, &ours(), &["ls", "-n", "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&j).expect("ls json");
+    let names: Vec<&str> = v["lockspaces"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 2, "{j}");
+    assert!(names.contains(&"foo") && names.contains(&"bar"), "{j}");
+    assert_eq!(v["lockspaces"][0]["members"], serde_json::json!([1]));
+    assert_eq!(v["lockspaces"][0]["pending"], serde_json::Value::Null);
+    assert_eq!(v["lockspaces"][0]["nodes"][0]["member"], 1);
+    // settled lockspaces: --exit-code is 0
+    assert_eq!(run(&ns.0, &ours(), &["ls", "--exit-code"]).1, true);
+    let (j, _) = run(&ns.0, &ours(), &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&j).expect("status json");
+    assert_eq!(v["daemon"]["stateful_merge_wait"], 0, "{j}");
+    assert_eq!(v["nodes"][0]["nodeid"], 1, "{j}");
+    let (j, _) = run(&ns.0, &ours(), &["dump_config", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&j).expect("config json");
+    assert!(
+        v["options"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .any(|o| o["name"] == "post_join_delay"
+                && o["value"] == 7
+                && o["source"] == "cli option"),
+        "{j}"
+    );
+
     // where the C tool prints nothing and exits 0, ours says why and exits 1
     assert_eq!(
         run(&ns.0, &ours(), &["plocks", "nosuch"]),

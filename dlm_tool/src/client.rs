@@ -8,8 +8,9 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 
 use dlm_proto::LockspaceName;
 use dlm_proto::query::{
-    Command, DlmcHeader, DlmcLockspace, DlmcNode, FLAG_UNCAPPED_DUMP, HEADER_SIZE, LOCKSPACE_SIZE,
-    MAIN_SOCK_NAME, NODE_SIZE, NodesKind, QUERY_SOCK_NAME, QueryError, Request, StateRecord,
+    Command, DlmcHeader, DlmcLockspace, DlmcNode, FLAG_DUMP_AGES, FLAG_UNCAPPED_DUMP, HEADER_SIZE,
+    LOCKSPACE_SIZE, MAIN_SOCK_NAME, NODE_SIZE, NodesKind, QUERY_SOCK_NAME, QueryError, Request,
+    StateRecord,
 };
 
 /// Why a query got no answer.
@@ -60,9 +61,21 @@ pub(crate) fn dump(command: Command, name: Option<&[u8]>) -> Result<(Vec<u8>, i3
     if let Some(n) = name {
         h = h.with_name(n);
     }
-    if command == Command::DUMP_PLOCKS {
-        h.flags |= FLAG_UNCAPPED_DUMP;
+    dump_header(h)
+}
+
+/// DUMP_PLOCKS of `name`, the whole table (our daemon; a C daemon sends the first MiB),
+/// each line ending in ` age_ms <n>` when `ages` (our daemon only).
+pub(crate) fn dump_plocks(name: &[u8], ages: bool) -> Result<(Vec<u8>, i32), ClientError> {
+    let mut h = DlmcHeader::new(Command::DUMP_PLOCKS).with_name(name);
+    h.flags |= FLAG_UNCAPPED_DUMP;
+    if ages {
+        h.flags |= FLAG_DUMP_AGES;
     }
+    dump_header(h)
+}
+
+fn dump_header(h: DlmcHeader) -> Result<(Vec<u8>, i32), ClientError> {
     let (rh, mut text) = exchange(&h)?;
     if let Some(nul) = text.iter().position(|&b| b == 0) {
         text.truncate(nul);

@@ -5,6 +5,7 @@
 //! is reported on stderr with exit status 1 instead of silent empty output.
 
 mod client;
+mod json;
 mod show;
 mod status;
 
@@ -12,18 +13,31 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use client::ClientError;
-use dlm_proto::LockspaceName;
 use dlm_proto::query::{Command, NodesKind, Request};
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
 enum Op {
-    List { name: Option<String>, all: bool },
-    Plocks(String),
-    Status { verbose: bool },
+    List {
+        name: Option<String>,
+        all: bool,
+        json: bool,
+        exit_code: bool,
+    },
+    Plocks {
+        name: String,
+        json: bool,
+    },
+    Status {
+        verbose: bool,
+        json: bool,
+    },
     ReloadConfig,
     SetConfig(String),
-    Dump(Command),
+    Dump {
+        command: Command,
+        json: bool,
+    },
     Help,
     Version,
 }
@@ -76,9 +90,20 @@ const NOT_YET: &[&str] = &[
 fn parse(args: &[String]) -> Result<Op, String> {
     let mut all = false;
     let mut verbose = false;
+    let mut json = false;
+    let mut exit_code = false;
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        // this tool's own long options
+        if a == "--json" {
+            json = true;
+            continue;
+        }
+        if a == "--exit-code" {
+            exit_code = true;
+            continue;
+        }
         if a == "--" {
             words.extend(it.by_ref().cloned());
             break;
@@ -123,11 +148,16 @@ fn parse(args: &[String]) -> Result<Op, String> {
     };
     let name = words.get(at + 1).cloned();
     match words[at].as_str() {
-        "ls" => Ok(Op::List { name, all }),
+        "ls" => Ok(Op::List {
+            name,
+            all,
+            json,
+            exit_code,
+        }),
         "plocks" => name
-            .map(Op::Plocks)
+            .map(|name| Op::Plocks { name, json })
             .ok_or_else(|| "lockspace name required".to_owned()),
-        "status" => Ok(Op::Status { verbose }),
+        "status" => Ok(Op::Status { verbose, json }),
         "reload_config" => Ok(Op::ReloadConfig),
         "set_config" => {
             // every word after the command, each followed by a space (as 4.2.0 sends them)
@@ -143,9 +173,18 @@ fn parse(args: &[String]) -> Result<Op, String> {
                 Ok(Op::SetConfig(text))
             }
         }
-        "dump" => Ok(Op::Dump(Command::DUMP_DEBUG)),
-        "dump_config" => Ok(Op::Dump(Command::DUMP_CONFIG)),
-        "log_plock" => Ok(Op::Dump(Command::DUMP_LOG_PLOCK)),
+        "dump" => Ok(Op::Dump {
+            command: Command::DUMP_DEBUG,
+            json,
+        }),
+        "dump_config" => Ok(Op::Dump {
+            command: Command::DUMP_CONFIG,
+            json,
+        }),
+        "log_plock" => Ok(Op::Dump {
+            command: Command::DUMP_LOG_PLOCK,
+            json,
+        }),
         other => Err(format!(
             "{other}: not in this build of dlm_tool yet; use the C dlm_tool"
         )),
@@ -155,46 +194,82 @@ fn parse(args: &[String]) -> Result<Op, String> {
 const ENOENT: i32 = 2;
 const ENOSPC: i32 = 28;
 
+/// What `ls` found: the text or JSON to print and the `--exit-code` status.
+struct Listing {
+    out: String,
+    code: u8,
+}
+
+/// `--exit-code` statuses of `ls`: the most urgent wait of any pending change.
+const WAIT_FENCING: u8 = 3;
+const WAIT_QUORUM: u8 = 4;
+const WAIT_OTHER: u8 = 5;
+
+fn wait_code(ls: &dlm_proto::query::DlmcLockspace) -> u8 {
+    if ls.cg_next.seq == 0 {
+        return 0;
+    }
+    match json::wait_word(&ls.cg_next) {
+        "fencing" => WAIT_FENCING,
+        "quorum" => WAIT_QUORUM,
+        _ => WAIT_OTHER,
+    }
+}
+
 // do_list
-fn list(name: Option<&str>, all: bool) -> Result<String, ClientError> {
+fn list(name: Option<&str>, all: bool, as_json: bool) -> Result<Listing, ClientError> {
     let lss = match name {
         Some(n) => vec![client::lockspace_info(n.as_bytes())?],
         None => client::lockspaces()?,
     };
     let mut out = String::new();
+    let mut items = Vec::new();
+    let mut code = 0;
     if !lss.is_empty() {
         out.push_str("dlm lockspaces\n");
     }
     for ls in &lss {
-        out.push_str(&show_one(&ls.name, ls, all));
+        let wc = wait_code(ls);
+        // fencing outranks quorum outranks the rest
+        if code == 0 || (wc != 0 && wc < code) {
+            code = wc;
+        }
+        let name = &ls.name;
+        let members = client::lockspace_nodes(name, NodesKind::Members).ok();
+        let next = if ls.cg_next.seq != 0 {
+            client::lockspace_nodes(name, NodesKind::Next).ok()
+        } else {
+            None
+        };
+        let every = all.then(|| {
+            client::lockspace_nodes(name, NodesKind::All).map_err(|e| match e {
+                ClientError::Errno(n) => -n,
+                _ => -1,
+            })
+        });
+        if as_json {
+            items.push(json::Lockspace::new(
+                ls,
+                members.as_deref(),
+                next.as_deref(),
+                every.as_ref().map(|r| r.as_deref().ok()),
+            ));
+        } else {
+            show::lockspace(
+                &mut out,
+                ls,
+                &show::Lists {
+                    members: members.as_deref(),
+                    next: next.as_deref(),
+                    all: every.as_ref().map(|r| r.as_deref().map_err(|e| *e)),
+                },
+            );
+        }
     }
-    Ok(out)
-}
-
-fn show_one(name: &LockspaceName, ls: &dlm_proto::query::DlmcLockspace, all: bool) -> String {
-    let members = client::lockspace_nodes(name, NodesKind::Members).ok();
-    let next = if ls.cg_next.seq != 0 {
-        client::lockspace_nodes(name, NodesKind::Next).ok()
-    } else {
-        None
-    };
-    let every = all.then(|| {
-        client::lockspace_nodes(name, NodesKind::All).map_err(|e| match e {
-            ClientError::Errno(n) => -n,
-            _ => -1,
-        })
-    });
-    let mut out = String::new();
-    show::lockspace(
-        &mut out,
-        ls,
-        &show::Lists {
-            members: members.as_deref(),
-            next: next.as_deref(),
-            all: every.as_ref().map(|r| r.as_deref().map_err(|e| *e)),
-        },
-    );
-    out
+    if as_json {
+        out = json::lockspaces(&items);
+    }
+    Ok(Listing { out, code })
 }
 
 fn write_out(bytes: &[u8]) -> ExitCode {
@@ -229,17 +304,33 @@ fn main() -> ExitCode {
             )
             .as_bytes(),
         ),
-        Op::List { name, all } => match list(name.as_deref(), all) {
-            Ok(text) => write_out(text.as_bytes()),
+        Op::List {
+            name,
+            all,
+            json,
+            exit_code,
+        } => match list(name.as_deref(), all, json) {
+            Ok(l) => {
+                let c = write_out(l.out.as_bytes());
+                if exit_code && l.code != 0 {
+                    ExitCode::from(l.code)
+                } else {
+                    c
+                }
+            }
             Err(ClientError::Errno(ENOENT)) => {
                 fail(&format!("no lockspace {}", name.unwrap_or_default()))
             }
             Err(e) => fail(&e),
         },
-        Op::Plocks(name) => match client::dump(Command::DUMP_PLOCKS, Some(name.as_bytes())) {
+        Op::Plocks { name, json } => match client::dump_plocks(name.as_bytes(), json) {
             Ok((_, d)) if d == -ENOENT => fail(&format!("no lockspace {name}")),
             Ok((text, d)) => {
-                let code = write_out(&text);
+                let code = if json {
+                    write_out(json::plocks(&name, &String::from_utf8_lossy(&text)).as_bytes())
+                } else {
+                    write_out(&text)
+                };
                 if d == -ENOSPC {
                     eprintln!(
                         "dlm_tool: the daemon cut the dump short (a C dlm_controld caps it at 1 MiB)"
@@ -249,7 +340,8 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
-        Op::Status { verbose } => match client::status_records() {
+        Op::Status { verbose, json } => match client::status_records() {
+            Ok(recs) if json => write_out(json::status(&recs).as_bytes()),
             Ok(recs) => {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -278,7 +370,16 @@ fn main() -> ExitCode {
                 fail(&e)
             }
         },
-        Op::Dump(cmd) => match client::dump(cmd, None) {
+        Op::Dump { command, json } => match client::dump(command, None) {
+            Ok((text, _)) if json => {
+                let t = String::from_utf8_lossy(&text);
+                let out = if command == Command::DUMP_CONFIG {
+                    json::config(&t)
+                } else {
+                    json::lines(&t)
+                };
+                write_out(out.as_bytes())
+            }
             // do_dump prints the text, then a newline
             Ok((mut text, _)) => {
                 text.push(b'\n');
@@ -299,43 +400,79 @@ mod tests {
     }
 
     #[test]
+    fn exit_codes_rank_the_waits() {
+        use dlm_proto::LockspaceName;
+        use dlm_proto::query::{DlmcChange, DlmcLockspace, LockspaceFlags, WaitCondition};
+        let ls = |seq, wait, msgs| DlmcLockspace {
+            cg_prev: DlmcChange::default(),
+            cg_next: DlmcChange {
+                seq,
+                wait_condition: wait,
+                wait_messages: msgs,
+                ..DlmcChange::default()
+            },
+            flags: LockspaceFlags(0),
+            global_id: 1,
+            name: LockspaceName::new(b"x").expect("name"),
+        };
+        assert_eq!(wait_code(&ls(0, WaitCondition::Fencing, false)), 0);
+        assert_eq!(
+            wait_code(&ls(2, WaitCondition::Fencing, false)),
+            WAIT_FENCING
+        );
+        assert_eq!(wait_code(&ls(2, WaitCondition::Quorum, false)), WAIT_QUORUM);
+        assert_eq!(wait_code(&ls(2, WaitCondition::Other(2), true)), WAIT_OTHER);
+        assert_eq!(wait_code(&ls(2, WaitCondition::Ringid, false)), WAIT_OTHER);
+    }
+
+    #[test]
     fn arguments_as_getopt_and_decode_arguments_take_them() {
-        assert_eq!(
-            p("ls"),
+        let ls = |name: Option<&str>, all, json, exit_code| {
             Ok(Op::List {
-                name: None,
-                all: false
+                name: name.map(str::to_owned),
+                all,
+                json,
+                exit_code,
             })
-        );
-        assert_eq!(
-            p("ls -n foo"),
-            Ok(Op::List {
-                name: Some("foo".into()),
-                all: true
+        };
+        let plocks = |name: &str, json| {
+            Ok(Op::Plocks {
+                name: name.to_owned(),
+                json,
             })
-        );
-        assert_eq!(
-            p("-n ls"),
-            Ok(Op::List {
-                name: None,
-                all: true
-            })
-        );
+        };
+        let dump = |command, json| Ok(Op::Dump { command, json });
+        assert_eq!(p("ls"), ls(None, false, false, false));
+        assert_eq!(p("ls -n foo"), ls(Some("foo"), true, false, false));
+        assert_eq!(p("-n ls"), ls(None, true, false, false));
+        assert_eq!(p("ls --json --exit-code"), ls(None, false, true, true));
         // words before the command are skipped, as C's loop does
-        assert_eq!(p("junk plocks gfs"), Ok(Op::Plocks("gfs".into())));
-        assert_eq!(p("-m 0644 plocks gfs"), Ok(Op::Plocks("gfs".into())));
-        assert_eq!(p("-m0644 plocks gfs"), Ok(Op::Plocks("gfs".into())));
-        assert_eq!(p("dump_config"), Ok(Op::Dump(Command::DUMP_CONFIG)));
-        assert_eq!(p("dump"), Ok(Op::Dump(Command::DUMP_DEBUG)));
-        assert_eq!(p("log_plock"), Ok(Op::Dump(Command::DUMP_LOG_PLOCK)));
+        assert_eq!(p("junk plocks gfs"), plocks("gfs", false));
+        assert_eq!(p("-m 0644 plocks gfs"), plocks("gfs", false));
+        assert_eq!(p("-m0644 plocks --json gfs"), plocks("gfs", true));
+        assert_eq!(p("dump_config"), dump(Command::DUMP_CONFIG, false));
+        assert_eq!(p("dump --json"), dump(Command::DUMP_DEBUG, true));
+        assert_eq!(p("log_plock"), dump(Command::DUMP_LOG_PLOCK, false));
         assert_eq!(p("ls -h"), Ok(Op::Help));
         assert_eq!(p("-V"), Ok(Op::Version));
         assert!(p("plocks").is_err_and(|e| e.contains("name required")));
         assert!(p("").is_err());
         assert!(p("ls -x").is_err_and(|e| e.contains("-x")));
         assert!(p("plocks -m").is_err_and(|e| e.contains("argument")));
-        assert_eq!(p("status -v"), Ok(Op::Status { verbose: true }));
-        assert_eq!(p("status"), Ok(Op::Status { verbose: false }));
+        assert_eq!(
+            p("status -v"),
+            Ok(Op::Status {
+                verbose: true,
+                json: false
+            })
+        );
+        assert_eq!(
+            p("--json status"),
+            Ok(Op::Status {
+                verbose: false,
+                json: true
+            })
+        );
         assert_eq!(p("reload_config"), Ok(Op::ReloadConfig));
         assert_eq!(
             p("set_config log_debug=1 post_join_delay=5"),

@@ -26,8 +26,9 @@ pub enum LsCommand {
     Plock(PlockInfo),
     /// A query: the lockspace's state for `dlm_tool ls`.
     Query(tokio::sync::oneshot::Sender<LsReport>),
-    /// A query: the plock table as `dlm_tool plocks` prints it.
-    DumpPlocks(tokio::sync::oneshot::Sender<String>),
+    /// A query: the plock table as `dlm_tool plocks` prints it, lines optionally ending in
+    /// ` age_ms <n>`.
+    DumpPlocks(tokio::sync::oneshot::Sender<String>, bool),
 }
 
 /// Fencing is not implemented yet: nothing to wait for (the daemon refuses to run on
@@ -48,6 +49,22 @@ impl FenceView for NoFencing {
 }
 
 /// Monotonic milliseconds, for plock ages.
+/// The table in C's text (`copy_plock_state`), in one pass; with `ages` each line ends in
+/// ` age_ms <n>`.
+fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for e in t.dump(now_ms()) {
+        if ages {
+            let line = e.to_string();
+            let _ = writeln!(out, "{} age_ms {}", line.trim_end(), e.age_ms);
+        } else {
+            let _ = write!(out, "{e}");
+        }
+    }
+    out
+}
+
 fn now_ms() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| {
@@ -204,8 +221,8 @@ pub(crate) async fn run(
                 Some(LsCommand::Query(reply)) => {
                     let _ = reply.send(ls.core.report());
                 }
-                Some(LsCommand::DumpPlocks(reply)) => {
-                    let _ = reply.send(ls.core.plocks().dump_text());
+                Some(LsCommand::DumpPlocks(reply, ages)) => {
+                    let _ = reply.send(dump_text(ls.core.plocks(), ages));
                 }
                 Some(LsCommand::Leave) => {
                     ls.core.leave();

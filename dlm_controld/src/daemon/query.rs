@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlm_proto::query::{
-    Command, DUMP_SIZE, DlmcHeader, DlmcNode, FLAG_UNCAPPED_DUMP, FailReason, HEADER_SIZE,
-    LOCKSPACE_SIZE, NodeFlags, NodesKind, QUERY_SOCK_NAME, Request,
+    Command, DUMP_SIZE, DlmcHeader, DlmcNode, FLAG_DUMP_AGES, FLAG_UNCAPPED_DUMP, FailReason,
+    HEADER_SIZE, LOCKSPACE_SIZE, NodeFlags, NodesKind, QUERY_SOCK_NAME, Request,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -282,7 +282,7 @@ async fn connection(
             let text = match tx {
                 Some(tx) => {
                     let (rtx, rrx) = oneshot::channel();
-                    let _ = tx.send(LsCommand::DumpPlocks(rtx));
+                    let _ = tx.send(LsCommand::DumpPlocks(rtx, h.flags & FLAG_DUMP_AGES != 0));
                     rrx.await.ok()
                 }
                 None => None,

@@ -16,6 +16,10 @@ pub const HEADER_SIZE: usize = 96;
 /// `DLMC_DUMP_SIZE`. The C daemon ignores `flags` on dump requests, so a client that sets
 /// it gets the capped dump from a C daemon and the whole one from ours.
 pub const FLAG_UNCAPPED_DUMP: i32 = 0x4000_0000;
+/// Our extension, in `flags` of a DUMP_PLOCKS request: end each line with
+/// ` age_ms <milliseconds since granted or queued>` before its newline. Only our daemon
+/// knows it; a C daemon ignores it and sends plain lines.
+pub const FLAG_DUMP_AGES: i32 = 0x2000_0000;
 
 /// The C layout of `struct dlmc_header`.
 #[repr(C)]

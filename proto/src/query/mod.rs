@@ -12,8 +12,8 @@ mod request;
 mod state;
 
 pub use header::{
-    Command, DLMC_MAGIC, DLMC_VERSION, DlmcHeader, FLAG_UNCAPPED_DUMP, HEADER_SIZE, QueryError,
-    RawDlmcHeader, Socket,
+    Command, DLMC_MAGIC, DLMC_VERSION, DlmcHeader, FLAG_DUMP_AGES, FLAG_UNCAPPED_DUMP, HEADER_SIZE,
+    QueryError, RawDlmcHeader, Socket,
 };
 pub use lockspace::{
     DlmcChange, DlmcLockspace, LOCKSPACE_SIZE, LockspaceFlags, RawDlmcChange, RawDlmcLockspace,
