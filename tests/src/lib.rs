@@ -27,6 +27,7 @@ impl Netns {
         };
         let _ = std::process::Command::new("ip")
             .args(["netns", "del", &name])
+            .stderr(std::process::Stdio::null())
             .status();
         run(&["netns", "add", &name])?;
         run(&["-n", &name, "link", "set", "lo", "up"])?;
