@@ -187,6 +187,108 @@ fn control_socket(ns: &str, dir: &Path, k: &FakeKernel) {
     assert!(c.contains("drop_resources_count=10\n"), "{c}");
 }
 
+/// Runs `f` on a thread inside network namespace `ns` (where the daemon's abstract
+/// sockets are).
+fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let f_ns = std::fs::File::open(&path).expect("netns");
+        // SAFETY: setns on a valid namespace fd; it affects only this thread.
+        assert_eq!(
+            unsafe { libc::setns(f_ns.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
+        f()
+    })
+    .join()
+    .expect("thread")
+}
+
+fn connect(name: &[u8]) -> std::os::unix::net::UnixStream {
+    use std::os::linux::net::SocketAddrExt;
+    let a = std::os::unix::net::SocketAddr::from_abstract_name(name).expect("addr");
+    std::os::unix::net::UnixStream::connect_addr(&a).expect("connect")
+}
+
+fn ask(bytes: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = connect(dlm_proto::query::QUERY_SOCK_NAME);
+    s.write_all(bytes).expect("send");
+    // a short request must not wait for bytes that never come
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// NODE_INFO (no dlm_tool command uses it) and bad or stalled clients on both sockets.
+fn raw_sockets(ns: &str) {
+    use dlm_proto::query::{Command as Cmd, DlmcHeader, DlmcNode, NodeFlags};
+    use std::io::Write;
+    let ns2 = ns.to_owned();
+    in_ns(ns, move || {
+        let node_info = |ls: &[u8], id: i32| {
+            let h = DlmcHeader {
+                data: id,
+                ..DlmcHeader::new(Cmd::NODE_INFO).with_name(ls)
+            };
+            let r = ask(&h.encode());
+            let rh = DlmcHeader::decode(&r).expect("reply header");
+            (rh, r.get(96..).map(|b| DlmcNode::decode(b).expect("node")))
+        };
+        let (h, n) = node_info(b"foo", 1);
+        let n = n.expect("a node");
+        assert_eq!((h.command, h.data, h.len), (Cmd::NODE_INFO, 0, 136));
+        assert_eq!(n.nodeid, 1);
+        assert!(n.flags.0 & NodeFlags::MEMBER != 0);
+        let (h, n) = node_info(b"foo", 9);
+        let n = n.expect("a node");
+        assert_eq!(
+            (h.data, n.nodeid, n.flags.0, n.added_seq),
+            (0, 9, 0, 0),
+            "unknown node"
+        );
+        assert_eq!(node_info(b"nosuch", 1).0.data, -2);
+
+        // garbage: closed without a reply; the next client is answered
+        assert!(ask(&[0xff; 96]).is_empty());
+        assert!(ask(&[1, 2, 3]).is_empty());
+        // a client that connects and says nothing stalls nobody
+        let _silent = connect(dlm_proto::query::QUERY_SOCK_NAME);
+        let _silent_main = connect(dlm_proto::query::MAIN_SOCK_NAME);
+        // a SET_CONFIG whose 1024 bytes never come stalls nobody either
+        let mut half = connect(dlm_proto::query::MAIN_SOCK_NAME);
+        let h = DlmcHeader::new(Cmd::SET_CONFIG).with_payload_len(1024);
+        half.write_all(&h.encode()).expect("send");
+        let mut l = DlmcHeader::new(Cmd::LOCKSPACES);
+        l.data = 128;
+        let r = ask(&l.encode());
+        assert_eq!(
+            DlmcHeader::decode(&r).expect("reply").data,
+            2,
+            "two lockspaces"
+        );
+        let req = dlm_proto::query::Request::SetConfig {
+            text: b"drop_resources_count=9 ".to_vec(),
+        };
+        connect(dlm_proto::query::MAIN_SOCK_NAME)
+            .write_all(&req.encode())
+            .expect("send");
+    });
+    let c = config_until(&ns2, |c| c.contains("drop_resources_count=9 "));
+    assert!(c.contains("drop_resources_count=9 (set_config)\n"), "{c}");
+    let d = tool(&ns2, &["dump"]);
+    assert!(d.contains("query socket: bad magic"), "{d}");
+    let (out, _) = run(
+        &ns2,
+        &ours(),
+        &["set_config", "drop_resources_count=restore"],
+    );
+    assert_eq!(out, "set_config done\n");
+    let _ = config_until(&ns2, |c| c.contains("drop_resources_count=10\n"));
+}
+
 #[test]
 fn real_dlm_tool_reads_our_daemon() {
     let ns = Netns(format!("dlmq-{}", std::process::id()));
@@ -458,6 +560,7 @@ fn real_dlm_tool_reads_our_daemon() {
         }
     }
     control_socket(&ns.0, &dir, &k);
+    raw_sockets(&ns.0);
 
     let real = tool(&ns.0, &["plocks", "foo"]);
     let (mine, ok) = run(&ns.0, &ours(), &["plocks", "foo"]);
