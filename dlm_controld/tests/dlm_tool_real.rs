@@ -195,10 +195,8 @@ fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) ->
     std::thread::spawn(move || {
         let f_ns = std::fs::File::open(&path).expect("netns");
         // SAFETY: setns on a valid namespace fd; it affects only this thread.
-        assert_eq!(
-            unsafe { libc::setns(f_ns.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
+        let rc = unsafe { libc::setns(f_ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0);
         f()
     })
     .join()
