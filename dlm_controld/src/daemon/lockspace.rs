@@ -161,6 +161,20 @@ impl Shell {
     }
 
     fn event(&mut self, ev: Event) {
+        // _receive_plock's log line, on every node, in delivery order
+        if let Event::Deliver { payload, .. } = &ev {
+            if let Ok(dlm_proto::wire::Message {
+                body: dlm_proto::wire::Body::Plock(info),
+                ..
+            }) = dlm_proto::wire::Message::decode(payload)
+            {
+                crate::log_plock!(
+                    &self.text,
+                    "receive plock {}",
+                    crate::log::plock_words(&info)
+                );
+            }
+        }
         let actions = self.with_env(|core, env| core.event(env, ev));
         self.perform(actions);
     }
