@@ -217,7 +217,11 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     if !o.on(crate::config::Opt::Foreground) && !o.on(crate::config::Opt::DaemonDebug) {
         nix::unistd::daemon(false, false).map_err(|e| DaemonError::Io("daemon(3)", e.into()))?;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // two workers: a query (or a lockspace's membership work) runs beside a plock storm
+    // instead of queueing behind it
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("dlm_controld")
         .enable_all()
         .build()
         .map_err(|e| DaemonError::Io("tokio runtime", e))?;
