@@ -9,4 +9,5 @@ pub mod kernel;
 pub mod log;
 pub mod lscore;
 pub mod membership;
+pub mod metrics;
 pub mod status;

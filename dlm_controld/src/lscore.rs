@@ -74,6 +74,12 @@ pub struct LsReport {
     pub next_members: Vec<u32>,
     /// Node history for node queries.
     pub history: Vec<(u32, NodeHistory)>,
+    /// Granted plocks.
+    pub locks: usize,
+    /// Blocked plock requests.
+    pub waiters: usize,
+    /// Inodes with plocks or waiters.
+    pub resources: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -452,6 +458,9 @@ impl LsCore {
                 .iter()
                 .map(|(n, h)| (*n, h.clone()))
                 .collect(),
+            locks: self.plocks.lock_count(),
+            waiters: self.plocks.waiter_count(),
+            resources: self.plocks.resource_count(),
         }
     }
 }

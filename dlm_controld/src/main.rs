@@ -1,6 +1,7 @@
-//! dlm_controld: the command line and configuration exactly as the C daemon's, plus two
-//! options of this implementation: `--kernel-root DIR` (the kernel seam; default `/`) and
-//! `--cluster corosync|embedded` (default corosync).
+//! dlm_controld: the command line and configuration exactly as the C daemon's, plus three
+//! options of this implementation: `--kernel-root DIR` (the kernel seam; default `/`),
+//! `--cluster corosync|embedded` (default corosync) and `--metrics ADDR:PORT|off` (the
+//! Prometheus endpoint; default 127.0.0.1:9465).
 
 use std::process::ExitCode;
 
@@ -9,9 +10,15 @@ use dlm_controld::daemon::{ClusterKind, DaemonArgs, run};
 use dlm_controld::kernel::KernelRoot;
 
 /// Removes this implementation's own options from the argument list.
-fn own_options(args: &mut Vec<String>) -> Result<(KernelRoot, ClusterKind), String> {
+fn own_options(
+    args: &mut Vec<String>,
+) -> Result<(KernelRoot, ClusterKind, Option<std::net::SocketAddr>), String> {
     let mut root = KernelRoot::new("/");
     let mut cluster = ClusterKind::Corosync;
+    let mut metrics = Some(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        DEFAULT_METRICS_PORT,
+    )));
     let mut rest = Vec::new();
     let mut it = std::mem::take(args).into_iter();
     while let Some(a) = it.next() {
@@ -20,11 +27,20 @@ fn own_options(args: &mut Vec<String>) -> Result<(KernelRoot, ClusterKind), Stri
             _ => (a.clone(), None),
         };
         match key.as_str() {
-            "--kernel-root" | "--cluster" => {
+            "--kernel-root" | "--cluster" | "--metrics" => {
                 let v = inline
                     .or_else(|| it.next())
                     .ok_or(format!("option {key} requires arg"))?;
-                if key == "--kernel-root" {
+                if key == "--metrics" {
+                    metrics =
+                        if v == "off" {
+                            None
+                        } else {
+                            Some(v.parse().map_err(|_| {
+                                format!("--metrics takes ADDRESS:PORT or off, not {v}")
+                            })?)
+                        };
+                } else if key == "--kernel-root" {
                     root = KernelRoot::new(v);
                 } else {
                     cluster = match v.as_str() {
@@ -40,12 +56,15 @@ fn own_options(args: &mut Vec<String>) -> Result<(KernelRoot, ClusterKind), Stri
         }
     }
     *args = rest;
-    Ok((root, cluster))
+    Ok((root, cluster, metrics))
 }
+
+/// Port of the Prometheus endpoint unless `--metrics` says otherwise.
+const DEFAULT_METRICS_PORT: u16 = 9465;
 
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let (kernel_root, cluster) = match own_options(&mut args) {
+    let (kernel_root, cluster, metrics) = match own_options(&mut args) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("{e}");
@@ -60,6 +79,9 @@ fn main() -> ExitCode {
             );
             println!(
                 "  --cluster corosync|embedded\n        group communication: corosync, or a one-node embedded group [corosync]\n"
+            );
+            println!(
+                "  --metrics <address:port>|off\n        Prometheus endpoint (GET /metrics) [127.0.0.1:{DEFAULT_METRICS_PORT}]\n"
             );
             return ExitCode::SUCCESS;
         }
@@ -95,6 +117,7 @@ fn main() -> ExitCode {
         config,
         conf_text,
         conf_path: Some(conf_path),
+        metrics,
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -287,12 +287,121 @@ fn raw_sockets(ns: &str) {
     let _ = config_until(&ns2, |c| c.contains("drop_resources_count=10\n"));
 }
 
+fn http_get(ns: &str, path: &str) -> String {
+    let req = format!("GET {path} HTTP/1.0\r\n\r\n");
+    in_ns(ns, move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", 9465)).expect("metrics endpoint");
+        s.write_all(req.as_bytes()).expect("send");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        out
+    })
+}
+
+/// The value of one series, e.g. `dlm_plock_locks{lockspace="foo"}`.
+fn series(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in:\n{text}"))
+}
+
+/// Each metric moved when its event happened (the table sizes are read at scrape time).
+fn metrics_endpoint(ns: &str, foo_locks: u64) {
+    let r = http_get(ns, "/metrics");
+    assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+    assert!(r.contains("Content-Type: text/plain; version=0.0.4"), "{r}");
+    let n = |x: u64| f64::from(u32::try_from(x).expect("small"));
+    assert_eq!(
+        series(&r, "dlm_plock_locks{lockspace=\"foo\"}"),
+        n(foo_locks)
+    );
+    assert_eq!(series(&r, "dlm_plock_locks{lockspace=\"bar\"}"), 2.0);
+    assert_eq!(series(&r, "dlm_plock_waiters{lockspace=\"bar\"}"), 1.0);
+    assert_eq!(series(&r, "dlm_plock_resources{lockspace=\"bar\"}"), 1.0);
+    assert_eq!(series(&r, "dlm_lockspace_members{lockspace=\"foo\"}"), 1.0);
+    assert_eq!(
+        series(&r, "dlm_lockspace_change_seq{lockspace=\"foo\"}"),
+        1.0
+    );
+    assert_eq!(
+        series(
+            &r,
+            "dlm_lockspace_waiting{condition=\"fencing\",lockspace=\"foo\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        series(
+            &r,
+            "dlm_plock_requests_total{lockspace=\"foo\",op=\"lock\"}"
+        ),
+        n(foo_locks)
+    );
+    assert_eq!(
+        series(
+            &r,
+            "dlm_plock_requests_total{lockspace=\"bar\",op=\"unlock\"}"
+        ),
+        1.0
+    );
+    // the waiter is still blocked: two lock replies and one unlock reply in bar
+    assert_eq!(
+        series(
+            &r,
+            "dlm_plock_replies_total{lockspace=\"bar\",result=\"ok\"}"
+        ),
+        2.0
+    );
+    assert_eq!(
+        series(
+            &r,
+            "dlm_plock_request_seconds_count{lockspace=\"foo\",wait=\"false\"}"
+        ),
+        n(foo_locks)
+    );
+    assert!(series(&r, "dlm_cpg_messages_sent_total{lockspace=\"foo\"}") >= n(foo_locks));
+    assert!(series(&r, "dlm_cpg_messages_received_total{lockspace=\"foo\"}") >= n(foo_locks));
+    assert!(
+        series(
+            &r,
+            "dlm_socket_requests_total{command=\"LOCKSPACES\",outcome=\"ok\",socket=\"query\"}"
+        ) >= 1.0
+    );
+    assert!(
+        series(
+            &r,
+            "dlm_socket_requests_total{command=\"SET_CONFIG\",outcome=\"refused\",socket=\"main\"}"
+        ) >= 1.0
+    );
+    assert!(
+        series(
+            &r,
+            "dlm_socket_requests_total{command=\"none\",outcome=\"bad\",socket=\"query\"}"
+        ) >= 1.0
+    );
+    assert!(
+        series(&r, "dlm_errors_total") >= 2.0,
+        "bad magic and the refused uid"
+    );
+    assert_eq!(series(&r, "dlm_plock_bad_records_total"), 0.0);
+    assert!(http_get(ns, "/").starts_with("HTTP/1.1 404"));
+}
+
 #[test]
 fn real_dlm_tool_reads_our_daemon() {
     let ns = Netns(format!("dlmq-{}", std::process::id()));
     assert!(
         Command::new("ip")
             .args(["netns", "add", &ns.0])
+            .status()
+            .expect("ip")
+            .success()
+    );
+    // loopback up: the metrics endpoint listens on 127.0.0.1
+    assert!(
+        Command::new("ip")
+            .args(["-n", &ns.0, "link", "set", "lo", "up"])
             .status()
             .expect("ip")
             .success()
@@ -572,6 +681,7 @@ fn real_dlm_tool_reads_our_daemon() {
         "the capped dump is a prefix of the whole one"
     );
     assert!(real.ends_with('\n'), "capped at a line end");
+    metrics_endpoint(&ns.0, many + 1);
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }

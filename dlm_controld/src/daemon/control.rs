@@ -72,13 +72,18 @@ async fn connection(
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         }
+        let m = crate::metrics::get();
         let h = match DlmcHeader::decode(&hb) {
             Ok(h) => h,
             Err(e) => {
+                m.socket_requests
+                    .with_label_values(&["main", "none", "bad"])
+                    .inc();
                 crate::log_error!("connection {ci}: {e}");
                 return Ok(());
             }
         };
+        let label = h.command.name().unwrap_or("unknown");
         let mut extra = vec![0u8; Request::extra_len(&h).min(EXTRA_SIZE)];
         // a client that announces extra bytes and never sends them is dropped
         if tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut extra))
@@ -91,10 +96,17 @@ async fn connection(
         let req = match Request::decode(&h, &extra) {
             Ok(r) => r,
             Err(e) => {
+                m.socket_requests
+                    .with_label_values(&["main", label, "bad"])
+                    .inc();
                 crate::log_error!("connection {ci}: {e}");
                 return Ok(());
             }
         };
+        let outcome = if uid == 0 { "ok" } else { "refused" };
+        m.socket_requests
+            .with_label_values(&["main", label, outcome])
+            .inc();
         let base = DlmcHeader {
             name: h.name,
             ..DlmcHeader::new(h.command)

@@ -22,8 +22,8 @@ pub enum LsCommand {
     Poll,
     /// The kernel released the lockspace (`offline@`).
     Leave,
-    /// A plock request read from the kernel (nodeid already ours).
-    Plock(PlockInfo),
+    /// A plock request read from the kernel (nodeid already ours), and when.
+    Plock(PlockInfo, std::time::Instant),
     /// A query: the lockspace's state for `dlm_tool ls`.
     Query(tokio::sync::oneshot::Sender<LsReport>),
     /// A query: the plock table as `dlm_tool plocks` prints it, lines optionally ending in
@@ -74,9 +74,24 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// What identifies a local request until its reply: the reply echoes these fields.
+type PendingKey = (u8, u64, u64, u32, u64, u64, bool);
+
+fn pending_key(i: &PlockInfo) -> PendingKey {
+    if i.op == dlm_proto::kernel::PlockOp::GET {
+        // a GET's reply carries the conflicting lock's range and pid
+        (i.op.0, i.number, i.owner, 0, 0, 0, i.wait)
+    } else {
+        (i.op.0, i.number, i.owner, i.pid, i.start, i.end, i.wait)
+    }
+}
+
 struct Shell {
     core: LsCore,
     text: String,
+    /// Local requests not yet answered, with the time each was read (for the latency
+    /// histogram); identical outstanding requests queue in order.
+    pending: std::collections::HashMap<PendingKey, std::collections::VecDeque<std::time::Instant>>,
     conf: LockspaceConf,
     group: LsGroup,
     ctx: LsContext,
@@ -109,12 +124,17 @@ impl Shell {
                     event_done,
                 } => self.start_kernel(write_id, &members, &renew, event_done),
                 Action::Send(bytes) => {
+                    crate::metrics::get()
+                        .cpg_sent
+                        .with_label_values(&[self.text.as_str()])
+                        .inc();
                     if let Err(e) = self.group.mcast(&bytes) {
                         crate::log_error!("{}: multicast: {e}", self.text);
                     }
                     Ok(())
                 }
                 Action::Reply(info) => {
+                    self.count_reply(&info);
                     if let Some(dev) = self.ctx.device.as_ref() {
                         if let Err(e) = dev.write_record(&info.encode()) {
                             crate::log_error!("plock reply: {e}");
@@ -160,9 +180,68 @@ impl Shell {
         Ok(())
     }
 
+    /// Remembers when a local request was read; forgets the requests that will never be
+    /// answered: a cancelled waiter, and an owner's waiters when it closes the file.
+    fn track(&mut self, info: &PlockInfo, t0: std::time::Instant) {
+        use dlm_proto::kernel::PlockOp;
+        if info.flags.close() {
+            if !self.pending.is_empty() {
+                self.pending
+                    .retain(|k, _| !(k.1 == info.number && k.2 == info.owner));
+            }
+            return;
+        }
+        if info.op == PlockOp::CANCEL {
+            let waiter = PlockInfo {
+                op: PlockOp::LOCK,
+                wait: true,
+                ..*info
+            };
+            let key = pending_key(&waiter);
+            if let Some(q) = self.pending.get_mut(&key) {
+                q.pop_front();
+                if q.is_empty() {
+                    self.pending.remove(&key);
+                }
+            }
+        }
+        self.pending
+            .entry(pending_key(info))
+            .or_default()
+            .push_back(t0);
+    }
+
+    fn count_reply(&mut self, info: &PlockInfo) {
+        let m = crate::metrics::get();
+        m.plock_replies
+            .with_label_values(&[
+                self.text.as_str(),
+                crate::metrics::result_label(info.op, info.rv),
+            ])
+            .inc();
+        let key = pending_key(info);
+        if let Some(q) = self.pending.get_mut(&key) {
+            if let Some(t0) = q.pop_front() {
+                m.plock_seconds
+                    .with_label_values(&[
+                        self.text.as_str(),
+                        if info.wait { "true" } else { "false" },
+                    ])
+                    .observe(t0.elapsed().as_secs_f64());
+            }
+            if q.is_empty() {
+                self.pending.remove(&key);
+            }
+        }
+    }
+
     fn event(&mut self, ev: Event) {
         // _receive_plock's log line, on every node, in delivery order
         if let Event::Deliver { payload, .. } = &ev {
+            crate::metrics::get()
+                .cpg_received
+                .with_label_values(&[self.text.as_str()])
+                .inc();
             if let Ok(dlm_proto::wire::Message {
                 body: dlm_proto::wire::Body::Plock(info),
                 ..
@@ -209,6 +288,7 @@ pub(crate) async fn run(
     let mut ls = Shell {
         core: LsCore::new(name, ctx.our, ctx.embedded),
         text: text.clone(),
+        pending: std::collections::HashMap::new(),
         conf,
         group,
         ctx: ctx.clone(),
@@ -228,7 +308,8 @@ pub(crate) async fn run(
                     let a = ls.with_env(|core, env| core.poll(env));
                     ls.perform(a);
                 }
-                Some(LsCommand::Plock(info)) => {
+                Some(LsCommand::Plock(info, t0)) => {
+                    ls.track(&info, t0);
                     let a = ls.core.request(&info);
                     ls.perform(a);
                 }

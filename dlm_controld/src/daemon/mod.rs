@@ -8,6 +8,7 @@
 mod cluster;
 mod control;
 mod lockspace;
+mod metrics_http;
 mod query;
 mod startup;
 
@@ -54,6 +55,8 @@ pub struct DaemonArgs {
     pub conf_text: Option<String>,
     /// Where dlm.conf is, for `reload_config` and `set_config ... restore`.
     pub conf_path: Option<std::path::PathBuf>,
+    /// Where to serve Prometheus metrics (`--metrics`); `None`: nowhere.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Why the daemon stopped.
@@ -439,6 +442,15 @@ async fn main_loop(
         }
         Err(e) => return Err(DaemonError::Io("main socket \\0dlmc_sock", e)),
     }
+    if let Some(addr) = args.metrics {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                tokio::spawn(metrics_http::serve(l, registry.clone()));
+            }
+            // metrics are not worth refusing to run for
+            Err(e) => crate::log_error!("metrics endpoint {addr}: {e}"),
+        }
+    }
     match query::bind() {
         Ok(l) => {
             tokio::spawn(query::serve(
@@ -518,6 +530,7 @@ async fn main_loop(
                 if let Ok(mut m) = registry.lock() {
                     m.remove(&name);
                 }
+                crate::metrics::get().forget(&name);
                 fsids.retain(|_, n| *n != name);
             }
             r = readable(plock_fd.as_ref()) => {
@@ -727,12 +740,20 @@ fn plock_request(
     let mut info = match dlm_proto::kernel::PlockInfo::decode(bytes) {
         Ok(i) => i,
         Err(e) => {
+            crate::metrics::get().plock_bad_records.inc();
             crate::log_error!("dropped a plock record: {e}");
             return;
         }
     };
     info.nodeid = i32::try_from(our).unwrap_or(0);
     let name = fsids.get(&info.fsid);
+    crate::metrics::get()
+        .plock_requests
+        .with_label_values(&[
+            name.map_or("unknown", String::as_str),
+            crate::metrics::op_label(info.op),
+        ])
+        .inc();
     match name {
         Some(n) => crate::log_plock!(n, "read plock {}", crate::log::plock_words(&info)),
         None => crate::log_error!("process_plocks: no ls id {:x}", info.fsid),
@@ -740,7 +761,7 @@ fn plock_request(
     let task = name.and_then(|n| lockspaces.get(n));
     match task {
         Some(tx) => {
-            let _ = tx.send(LsCommand::Plock(info));
+            let _ = tx.send(LsCommand::Plock(info, std::time::Instant::now()));
         }
         None if !info.flags.close() => {
             // no lockspace with that fsid (C crashes here)

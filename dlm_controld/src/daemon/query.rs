@@ -121,23 +121,56 @@ async fn connection(
     config_dump: Arc<String>,
     status: SharedStatus,
 ) -> io::Result<()> {
+    let t0 = std::time::Instant::now();
+    let m = crate::metrics::get();
     let mut buf = [0u8; HEADER_SIZE];
     s.read_exact(&mut buf).await?;
     let h = match DlmcHeader::decode(&buf) {
         Ok(h) => h,
         Err(e) => {
             // bad header: closed without a reply
+            m.socket_requests
+                .with_label_values(&["query", "none", "bad"])
+                .inc();
             crate::log_error!("query socket: {e}");
             return Ok(());
         }
     };
+    let label = h.command.name().unwrap_or("unknown");
     let req = match Request::decode(&h, &[]) {
         Ok(r) => r,
         Err(e) => {
+            m.socket_requests
+                .with_label_values(&["query", label, "bad"])
+                .inc();
             crate::log_error!("query socket: {e}");
             return Ok(());
         }
     };
+    let r = answer(&mut s, &reg, &config_dump, &status, &h, req).await;
+    let outcome = match &r {
+        Ok(true) => "ok",
+        Ok(false) => "unserved",
+        Err(_) => "io_error",
+    };
+    m.socket_requests
+        .with_label_values(&["query", label, outcome])
+        .inc();
+    m.query_seconds
+        .with_label_values(&[label])
+        .observe(t0.elapsed().as_secs_f64());
+    r.map(|_| ())
+}
+
+/// Serves one decoded request; `false` when the command is not served here.
+async fn answer(
+    s: &mut UnixStream,
+    reg: &Registry,
+    config_dump: &Arc<String>,
+    status: &SharedStatus,
+    h: &DlmcHeader,
+    req: Request,
+) -> io::Result<bool> {
     let (reply, payload): (DlmcHeader, Vec<u8>) = match req {
         Request::DumpDebug => (
             DlmcHeader::new(Command::DUMP_DEBUG),
@@ -159,11 +192,12 @@ async fn connection(
                 r.encode_into(&mut out);
             }
             s.write_all(&out).await?;
-            return s.shutdown().await;
+            s.shutdown().await?;
+            return Ok(true);
         }
         Request::NodeInfo { lockspace, nodeid } => {
             let n = lockspace.to_str_lossy().into_owned();
-            match report(&reg, &n).await {
+            match report(reg, &n).await {
                 Some(r) => {
                     let id = u32::try_from(nodeid).unwrap_or(0);
                     let known = r.history.iter().any(|(x, _)| *x == id);
@@ -194,7 +228,7 @@ async fn connection(
         }
         Request::LockspaceInfo(name) => {
             let n = name.to_str_lossy().into_owned();
-            match report(&reg, &n).await {
+            match report(reg, &n).await {
                 Some(r) => (
                     DlmcHeader::new(Command::LOCKSPACE_INFO),
                     r.info.encode().to_vec(),
@@ -211,7 +245,7 @@ async fn connection(
         }
         Request::Lockspaces { .. } => {
             // 4.2.0 returns every lockspace whatever max says (observed)
-            let rs = reports(&reg).await;
+            let rs = reports(reg).await;
             let mut p = Vec::new();
             for r in &rs {
                 p.extend_from_slice(&r.info.encode());
@@ -231,7 +265,7 @@ async fn connection(
             max,
         } => {
             let n = lockspace.to_str_lossy().into_owned();
-            match report(&reg, &n).await {
+            match report(reg, &n).await {
                 None => (
                     DlmcHeader {
                         data: -ENOENT,
@@ -326,7 +360,7 @@ async fn connection(
             // main-socket commands and those not served yet: closed without a reply
             crate::log_debug!("query socket: command {:?} not served", h.command);
             let _ = other;
-            return Ok(());
+            return Ok(false);
         }
     };
     let reply = DlmcHeader {
@@ -336,5 +370,6 @@ async fn connection(
     .with_payload_len(payload.len());
     s.write_all(&reply.encode()).await?;
     s.write_all(&payload).await?;
-    s.shutdown().await
+    s.shutdown().await?;
+    Ok(true)
 }

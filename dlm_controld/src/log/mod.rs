@@ -135,6 +135,9 @@ pub fn format_line(now: u64, name: Option<&str>, msg: &str) -> String {
 /// One line: `plock` lines go to the plock buffer; `plock_only` ones (C's LOG_NONE) only
 /// there.
 pub fn log(level: Level, name: Option<&str>, plock: bool, plock_only: bool, msg: Arguments<'_>) {
+    if level == Level::Error {
+        crate::metrics::get().errors.inc();
+    }
     let line = format_line(monotime(), name, &msg.to_string());
     let Ok(mut l) = logger().lock() else {
         return;

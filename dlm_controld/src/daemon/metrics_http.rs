@@ -1,0 +1,101 @@
+//! The Prometheus endpoint: `GET /metrics` over plain HTTP/1.x, one request per
+//! connection, on the address of `--metrics` (default 127.0.0.1:9465). Lockspace gauges
+//! are read from the lockspace tasks at scrape time.
+
+use std::time::Duration;
+
+use dlm_proto::query::WaitCondition;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+use super::lockspace::LsCommand;
+use super::query::Registry;
+
+/// Accepts forever; each connection gets its own task.
+pub(crate) async fn serve(listener: TcpListener, registry: Registry) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let reg = registry.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(10), connection(stream, reg)).await;
+        });
+    }
+}
+
+/// Sets the lockspace gauges from each lockspace task's report.
+async fn refresh(reg: &Registry) {
+    let m = crate::metrics::get();
+    let tasks: Vec<(String, tokio::sync::mpsc::UnboundedSender<LsCommand>)> = reg
+        .lock()
+        .map(|r| r.iter().map(|(n, t)| (n.clone(), t.clone())).collect())
+        .unwrap_or_default();
+    for (name, tx) in tasks {
+        let (rtx, rrx) = oneshot::channel();
+        if tx.send(LsCommand::Query(rtx)).is_err() {
+            continue;
+        }
+        let Ok(r) = rrx.await else { continue };
+        let n = [name.as_str()];
+        let as_i64 = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        m.locks.with_label_values(&n).set(as_i64(r.locks));
+        m.waiters.with_label_values(&n).set(as_i64(r.waiters));
+        m.resources.with_label_values(&n).set(as_i64(r.resources));
+        m.members.with_label_values(&n).set(as_i64(r.members.len()));
+        m.change_seq
+            .with_label_values(&n)
+            .set(i64::from(r.info.cg_prev.seq));
+        let next = &r.info.cg_next;
+        let now = if next.seq == 0 {
+            ""
+        } else if next.wait_messages {
+            "messages"
+        } else {
+            match next.wait_condition {
+                WaitCondition::Ringid => "ringid",
+                WaitCondition::Quorum => "quorum",
+                WaitCondition::Fencing => "fencing",
+                WaitCondition::FsDone => "fsdone",
+                WaitCondition::None | WaitCondition::Other(_) => "",
+            }
+        };
+        for c in ["ringid", "quorum", "fencing", "fsdone", "messages"] {
+            m.waiting
+                .with_label_values(&[name.as_str(), c])
+                .set(i64::from(c == now));
+        }
+    }
+}
+
+async fn connection(mut s: TcpStream, reg: Registry) -> std::io::Result<()> {
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
+        let n = s.read(&mut buf).await?;
+        if n == 0 || req.len() > 8192 {
+            break;
+        }
+        req.extend_from_slice(&buf[..n]);
+    }
+    let line = req.split(|&b| b == b'\n').next().unwrap_or_default();
+    let mut words = line.split(|&b| b == b' ');
+    let (method, path) = (words.next(), words.next());
+    let (status, body): (&str, Vec<u8>) = match (method, path) {
+        (Some(b"GET"), Some(b"/metrics")) => {
+            refresh(&reg).await;
+            ("200 OK", crate::metrics::get().encode())
+        }
+        (Some(b"GET"), Some(_)) => ("404 Not Found", b"try /metrics\n".to_vec()),
+        _ => ("400 Bad Request", b"bad request\n".to_vec()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await?;
+    s.write_all(&body).await?;
+    s.shutdown().await
+}

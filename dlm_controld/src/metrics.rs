@@ -1,0 +1,291 @@
+//! Prometheus metrics (docs/metrics.md): counters moved where their events happen, gauges
+//! of lockspace state filled at scrape time from the lockspace tasks' reports.
+
+use std::sync::OnceLock;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Every metric this daemon exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Plock requests read from the kernel, by lockspace and op.
+    pub plock_requests: IntCounterVec,
+    /// Plock replies written to the kernel, by lockspace and result.
+    pub plock_replies: IntCounterVec,
+    /// Request read to reply written, by lockspace and whether it could wait.
+    pub plock_seconds: HistogramVec,
+    /// Kernel plock records that did not decode.
+    pub plock_bad_records: IntCounter,
+    /// Lockspace CPG messages sent / delivered, by lockspace.
+    pub cpg_sent: IntCounterVec,
+    /// See `cpg_sent`.
+    pub cpg_received: IntCounterVec,
+    /// Granted locks held, by lockspace (at scrape).
+    pub locks: IntGaugeVec,
+    /// Waiters queued, by lockspace (at scrape).
+    pub waiters: IntGaugeVec,
+    /// Resources (inodes with locks or waiters), by lockspace (at scrape).
+    pub resources: IntGaugeVec,
+    /// Members of the started change, by lockspace (at scrape).
+    pub members: IntGaugeVec,
+    /// Sequence number of the started change, by lockspace (at scrape).
+    pub change_seq: IntGaugeVec,
+    /// 1 while a pending change waits for `condition`, by lockspace (at scrape).
+    pub waiting: IntGaugeVec,
+    /// Query and main socket requests, by socket, command and outcome.
+    pub socket_requests: IntCounterVec,
+    /// Query socket request latency.
+    pub query_seconds: HistogramVec,
+    /// Lines logged at error level (bad input included).
+    pub errors: IntCounter,
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    let _ = r.register(Box::new(c.clone()));
+    c
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    let _ = r.register(Box::new(g.clone()));
+    g
+}
+
+fn histogram_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let buckets = vec![
+        50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3, 1.0, 10.0,
+    ];
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+        .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    let _ = r.register(Box::new(h.clone()));
+    h
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    let _ = r.register(Box::new(c.clone()));
+    c
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let r = Registry::new();
+        Self {
+            plock_requests: counter_vec(
+                &r,
+                "dlm_plock_requests_total",
+                "POSIX lock requests read from the kernel",
+                &["lockspace", "op"],
+            ),
+            plock_replies: counter_vec(
+                &r,
+                "dlm_plock_replies_total",
+                "POSIX lock replies written to the kernel",
+                &["lockspace", "result"],
+            ),
+            plock_seconds: histogram_vec(
+                &r,
+                "dlm_plock_request_seconds",
+                "From a request read from the kernel to its reply written (wait=true includes the time blocked)",
+                &["lockspace", "wait"],
+            ),
+            plock_bad_records: counter(
+                &r,
+                "dlm_plock_bad_records_total",
+                "Kernel plock records dropped because they did not decode",
+            ),
+            cpg_sent: counter_vec(
+                &r,
+                "dlm_cpg_messages_sent_total",
+                "Messages multicast on a lockspace's CPG group",
+                &["lockspace"],
+            ),
+            cpg_received: counter_vec(
+                &r,
+                "dlm_cpg_messages_received_total",
+                "Messages delivered on a lockspace's CPG group",
+                &["lockspace"],
+            ),
+            locks: gauge_vec(&r, "dlm_plock_locks", "Granted POSIX locks", &["lockspace"]),
+            waiters: gauge_vec(
+                &r,
+                "dlm_plock_waiters",
+                "Blocked POSIX lock requests",
+                &["lockspace"],
+            ),
+            resources: gauge_vec(
+                &r,
+                "dlm_plock_resources",
+                "Inodes with POSIX locks or waiters",
+                &["lockspace"],
+            ),
+            members: gauge_vec(
+                &r,
+                "dlm_lockspace_members",
+                "Members of the lockspace's started change",
+                &["lockspace"],
+            ),
+            change_seq: gauge_vec(
+                &r,
+                "dlm_lockspace_change_seq",
+                "Sequence number of the lockspace's started change",
+                &["lockspace"],
+            ),
+            waiting: gauge_vec(
+                &r,
+                "dlm_lockspace_waiting",
+                "1 while the lockspace's pending change waits for the condition",
+                &["lockspace", "condition"],
+            ),
+            socket_requests: counter_vec(
+                &r,
+                "dlm_socket_requests_total",
+                "Requests on the query and main sockets",
+                &["socket", "command", "outcome"],
+            ),
+            query_seconds: histogram_vec(
+                &r,
+                "dlm_query_seconds",
+                "Query socket requests, accept to reply written",
+                &["command"],
+            ),
+            errors: counter(
+                &r,
+                "dlm_errors_total",
+                "Lines logged at error level, bad input included",
+            ),
+            registry: r,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+
+    /// Forgets a lockspace's labelled series once it is gone.
+    pub fn forget(&self, lockspace: &str) {
+        for v in [
+            &self.locks,
+            &self.waiters,
+            &self.resources,
+            &self.members,
+            &self.change_seq,
+        ] {
+            let _ = v.remove_label_values(&[lockspace]);
+        }
+        for c in ["ringid", "quorum", "fencing", "fsdone", "messages"] {
+            let _ = self.waiting.remove_label_values(&[lockspace, c]);
+        }
+    }
+}
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// The daemon's metrics.
+pub fn get() -> &'static Metrics {
+    METRICS.get_or_init(Metrics::new)
+}
+
+/// The `op` label of a plock request.
+pub fn op_label(op: dlm_proto::kernel::PlockOp) -> &'static str {
+    use dlm_proto::kernel::PlockOp;
+    match op {
+        PlockOp::LOCK => "lock",
+        PlockOp::UNLOCK => "unlock",
+        PlockOp::GET => "get",
+        PlockOp::CANCEL => "cancel",
+        _ => "other",
+    }
+}
+
+/// The `result` label of a plock reply.
+pub fn result_label(op: dlm_proto::kernel::PlockOp, rv: i32) -> &'static str {
+    match (op, rv) {
+        (dlm_proto::kernel::PlockOp::GET, 1) => "conflict",
+        (_, 0) => "ok",
+        (_, -11) => "eagain",
+        (_, -2) => "enoent",
+        _ => "error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_registered_and_exported() {
+        let m = get();
+        m.plock_requests.with_label_values(&["t", "lock"]).inc();
+        m.plock_replies.with_label_values(&["t", "ok"]).inc();
+        m.plock_seconds
+            .with_label_values(&["t", "false"])
+            .observe(0.001);
+        m.plock_bad_records.inc();
+        m.cpg_sent.with_label_values(&["t"]).inc();
+        m.cpg_received.with_label_values(&["t"]).inc();
+        m.locks.with_label_values(&["t"]).set(3);
+        m.waiters.with_label_values(&["t"]).set(1);
+        m.resources.with_label_values(&["t"]).set(2);
+        m.members.with_label_values(&["t"]).set(3);
+        m.change_seq.with_label_values(&["t"]).set(4);
+        m.waiting.with_label_values(&["t", "quorum"]).set(1);
+        m.socket_requests
+            .with_label_values(&["query", "lockspaces", "ok"])
+            .inc();
+        m.query_seconds
+            .with_label_values(&["lockspaces"])
+            .observe(0.0001);
+        m.errors.inc();
+        let text = String::from_utf8(m.encode()).expect("utf8");
+        for name in [
+            "dlm_plock_requests_total",
+            "dlm_plock_replies_total",
+            "dlm_plock_request_seconds",
+            "dlm_plock_bad_records_total",
+            "dlm_cpg_messages_sent_total",
+            "dlm_cpg_messages_received_total",
+            "dlm_plock_locks",
+            "dlm_plock_waiters",
+            "dlm_plock_resources",
+            "dlm_lockspace_members",
+            "dlm_lockspace_change_seq",
+            "dlm_lockspace_waiting",
+            "dlm_socket_requests_total",
+            "dlm_query_seconds",
+            "dlm_errors_total",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "{name} missing:\n{text}"
+            );
+        }
+        assert!(
+            text.contains("dlm_plock_locks{lockspace=\"t\"} 3"),
+            "{text}"
+        );
+        m.forget("t");
+        let text = String::from_utf8(m.encode()).expect("utf8");
+        assert!(!text.contains("dlm_plock_locks{lockspace=\"t\"}"), "{text}");
+    }
+
+    #[test]
+    fn labels() {
+        use dlm_proto::kernel::PlockOp;
+        assert_eq!(op_label(PlockOp::GET), "get");
+        assert_eq!(result_label(PlockOp::GET, 1), "conflict");
+        assert_eq!(result_label(PlockOp::LOCK, -11), "eagain");
+        assert_eq!(result_label(PlockOp::LOCK, 0), "ok");
+        assert_eq!(result_label(PlockOp::UNLOCK, -22), "error");
+    }
+}
