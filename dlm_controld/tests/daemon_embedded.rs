@@ -238,3 +238,58 @@ fn forks_and_notifies_systemd() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Under a systemd watchdog (`WATCHDOG_USEC`) the daemon sends `WATCHDOG=1` at half the
+/// interval, from its main loop; with `WATCHDOG_PID` naming another process it sends none.
+#[test]
+fn feeds_the_systemd_watchdog() {
+    for (tag, pid_is_ours) in [("wdog", true), ("wdno", false)] {
+        let dir = root(tag);
+        let k = FakeKernel::start(&dir).expect("fake kernel");
+        let notify_path = dir.join("notify.sock");
+        let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
+        notify
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let ns = Netns::new(tag).expect("netns");
+        let mut cmd = ns.command(env!("CARGO_BIN_EXE_dlm_controld"));
+        cmd.args([
+            "--kernel-root",
+            &dir.display().to_string(),
+            "--cluster",
+            "embedded",
+            "--foreground",
+        ])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("WATCHDOG_USEC", "200000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if !pid_is_ours {
+            cmd.env("WATCHDOG_PID", "1");
+        }
+        let mut child = cmd.spawn().expect("start");
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut buf = [0u8; 64];
+        while got.iter().filter(|m| m.as_slice() == b"WATCHDOG=1").count() < 3 {
+            match notify.recv(&mut buf) {
+                Ok(n) => got.push(buf[..n].to_vec()),
+                Err(_) => break,
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(
+            got.first().map(Vec::as_slice),
+            Some(&b"READY=1"[..]),
+            "{got:?}"
+        );
+        let pings = got.iter().filter(|m| m.as_slice() == b"WATCHDOG=1").count();
+        if pid_is_ours {
+            assert_eq!(pings, 3, "{got:?}");
+        } else {
+            assert_eq!(pings, 0, "another process's watchdog: {got:?}");
+        }
+        drop(k);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -36,6 +36,12 @@ fn unit_verifies_and_matches_the_daemon() {
         "{exec:?}"
     );
     assert_eq!(value("SendSIGKILL"), ["no"]);
+    // the daemon feeds the watchdog at half the interval from a loop that ticks each second
+    let wd: Vec<u64> = value("WatchdogSec")
+        .iter()
+        .map(|v| v.parse().expect("seconds"))
+        .collect();
+    assert!(wd.iter().all(|s| *s >= 10), "{wd:?}");
     // the options the unit passes are ones our daemon accepts
     let ours = Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
         .args(["--foreground", "--help"])

@@ -182,8 +182,8 @@ pub(crate) fn monotonic_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Tells systemd we are ready (`sd_notify(0, "READY=1")`), when started by it.
-fn notify_ready() {
+/// Sends one `sd_notify` message to systemd, when started by it (`NOTIFY_SOCKET`).
+fn sd_notify(msg: &[u8]) {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
@@ -194,13 +194,30 @@ fn notify_ready() {
     let sent = if let Some(name) = bytes.strip_prefix(b"@") {
         use std::os::linux::net::SocketAddrExt;
         std::os::unix::net::SocketAddr::from_abstract_name(name)
-            .and_then(|a| sock.send_to_addr(b"READY=1", &a))
+            .and_then(|a| sock.send_to_addr(msg, &a))
     } else {
-        sock.send_to(b"READY=1", std::path::Path::new(&path))
+        sock.send_to(msg, std::path::Path::new(&path))
     };
     if let Err(e) = sent {
         crate::log_error!("sd_notify: {e}");
     }
+}
+
+/// Tells systemd we are ready (`sd_notify(0, "READY=1")`).
+fn notify_ready() {
+    sd_notify(b"READY=1");
+}
+
+/// How often to send `WATCHDOG=1`: half of `WATCHDOG_USEC` when systemd asks for a
+/// watchdog for this process (`WATCHDOG_PID` absent or ours), as `sd_watchdog_enabled`.
+fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+        if pid.parse::<u32>().ok()? != std::process::id() {
+            return None;
+        }
+    }
+    (usec > 0).then(|| Duration::from_micros(usec / 2))
 }
 
 /// Runs the daemon until SIGTERM/SIGINT with no lockspace left. Forks into the
@@ -463,6 +480,9 @@ async fn main_loop(
         Err(e) => return Err(DaemonError::Io("query socket \\0dlmc_query_sock", e)),
     }
     notify_ready();
+    // the watchdog is fed from this loop, the one that reads the kernel and the groups:
+    // if it stops turning, systemd hears nothing
+    let mut watchdog = watchdog_interval().map(tokio::time::interval);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -581,6 +601,12 @@ async fn main_loop(
                     }
                 }
             }
+            _ = async {
+                match watchdog.as_mut() {
+                    Some(w) => w.tick().await,
+                    None => std::future::pending().await,
+                }
+            } => sd_notify(b"WATCHDOG=1"),
             _ = term.recv() => quit = true,
             _ = int.recv() => quit = true,
         }
