@@ -10,4 +10,5 @@ pub mod log;
 pub mod lscore;
 pub mod membership;
 pub mod metrics;
+pub mod rate;
 pub mod status;

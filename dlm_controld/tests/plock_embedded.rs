@@ -189,3 +189,61 @@ fn plocks_through_the_device() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `plock_rate_limit=5` (`-l 5`): of twelve requests queued at once, five are read and
+/// answered in the first second and the rest only after it; none is lost.
+#[test]
+fn rate_limit_paces_the_reads() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-plrate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("plrate").expect("netns");
+    let _d = Daemon(
+        ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
+            .args([
+                "--kernel-root",
+                &dir.display().to_string(),
+                "--cluster",
+                "embedded",
+                "--foreground",
+                "-l",
+                "5",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dlm_controld"),
+    );
+    assert!(k.wait_daemon(T));
+    assert!(k.announce("foo").expect("announce"));
+    assert!(
+        k.wait_records(T, |r| r.iter().any(
+            |x| matches!(x, Record::Write(p, _) if p.ends_with("foo/event_done"))
+        ))
+    );
+    let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
+    for i in 0..12u64 {
+        let r = PlockInfo {
+            number: 100 + i,
+            ..req(PlockOp::LOCK, 1, true, false, 0, 9, fsid)
+        };
+        k.send_plock(&r).expect("send");
+    }
+    // the first window: five answers, then nothing for the rest of that second
+    let mut numbers = Vec::new();
+    for _ in 0..5 {
+        numbers.push(reply(&k).number);
+    }
+    let early = k.recv_plock_raw(Duration::from_millis(300));
+    assert!(
+        early.is_none(),
+        "a sixth request was read within the first second"
+    );
+    // the rest come in the next windows, in order
+    for _ in 5..12 {
+        numbers.push(reply(&k).number);
+    }
+    assert_eq!(numbers, (100..112).collect::<Vec<u64>>());
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -507,6 +507,8 @@ async fn main_loop(
         None => None,
     };
     let mut fsids: BTreeMap<u32, String> = BTreeMap::new();
+    let mut rate = crate::rate::RateLimit::default();
+    let mut paused_until: Option<tokio::time::Instant> = None;
     let ctx = LsContext {
         device: device.clone(),
         seam: seam.clone(),
@@ -553,10 +555,23 @@ async fn main_loop(
                 crate::metrics::get().forget(&name);
                 fsids.retain(|_, n| *n != name);
             }
-            r = readable(plock_fd.as_ref()) => {
+            () = async {
+                match paused_until {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            } => paused_until = None,
+            r = readable(plock_fd.as_ref()), if paused_until.is_none() => {
                 let Ok(mut guard) = r else { continue };
-                // every request queued, per wakeup (C reads one per poll)
+                // every request queued, per wakeup (C reads one per poll), unless
+                // plock_rate_limit says to pause; readiness is kept for after the pause
                 loop {
+                    let now = crate::log::monotime_ms();
+                    if let Err(resume) = rate.admit(config.options.num(crate::config::Opt::PlockRateLimit), now) {
+                        let wait = Duration::from_millis(resume.saturating_sub(now));
+                        paused_until = Some(tokio::time::Instant::now() + wait);
+                        break;
+                    }
                     let mut buf = [0u8; 128];
                     match guard.get_inner().0.try_read_record(&mut buf) {
                         Ok(0) => return Err(DaemonError::Io("plock device", io::Error::from(io::ErrorKind::UnexpectedEof))),

@@ -86,6 +86,16 @@ pub fn set_sinks(sinks: Sinks) {
     }
 }
 
+/// Monotonic milliseconds.
+pub fn monotime_ms() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| {
+            u64::try_from(t.tv_sec()).unwrap_or(0) * 1000
+                + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000_000
+        })
+        .unwrap_or(0)
+}
+
 fn monotime() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| u64::try_from(t.tv_sec()).unwrap_or(0))

@@ -1,0 +1,63 @@
+//! `plock_rate_limit` (plock.c `limit_plocks`): at most N plock requests read from the
+//! kernel per second; once N are read in a one-second window, reading pauses until the
+//! window ends. Pure: the caller supplies the time.
+
+/// The limiter's state.
+#[derive(Debug, Clone, Default)]
+pub struct RateLimit {
+    window_start_ms: u64,
+    count: u64,
+    /// Windows in which the limit was reached (C's `plock_rate_delays`).
+    pub delays: u64,
+}
+
+impl RateLimit {
+    /// May one more request be read at `now_ms` under `limit` per second (0 = none)? `Err`
+    /// carries the time reading may resume.
+    pub fn admit(&mut self, limit: i64, now_ms: u64) -> Result<(), u64> {
+        let Ok(limit) = u64::try_from(limit) else {
+            return Ok(());
+        };
+        if limit == 0 {
+            return Ok(());
+        }
+        if now_ms.saturating_sub(self.window_start_ms) >= 1000 {
+            self.window_start_ms = now_ms;
+            self.count = 0;
+        }
+        if self.count >= limit {
+            if self.count == limit {
+                self.delays += 1;
+                self.count += 1; // count the delay once per window
+            }
+            return Err(self.window_start_ms + 1000);
+        }
+        self.count += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn n_per_second_then_a_pause_until_the_window_ends() {
+        let mut r = RateLimit::default();
+        assert!((0..100).all(|i| r.admit(0, i).is_ok()), "0 is no limit");
+        let mut r = RateLimit::default();
+        let t = 5_000;
+        assert!((0..3).all(|_| r.admit(3, t).is_ok()));
+        assert_eq!(r.admit(3, t + 10), Err(t + 1000));
+        assert_eq!(r.admit(3, t + 999), Err(t + 1000));
+        assert_eq!(r.delays, 1, "one delay per window");
+        assert_eq!(r.admit(3, t + 1000), Ok(()));
+        assert!(r.admit(3, t + 1001).is_ok() && r.admit(3, t + 1002).is_ok());
+        assert_eq!(r.admit(3, t + 1003), Err(t + 2000));
+        assert_eq!(r.delays, 2);
+        // a limit lowered at run time applies at once
+        assert_eq!(r.admit(1, t + 2500), Ok(()));
+        assert_eq!(r.admit(1, t + 2600), Err(t + 3500));
+        assert_eq!(r.admit(-5, t + 2600), Ok(()), "negative: no limit");
+    }
+}
