@@ -561,6 +561,7 @@ fn real_dlm_tool_reads_our_daemon() {
         &["plocks", "foo"],
         &["plocks", "bar"],
         &["log_plock"],
+        &["run_list"],
     ] {
         let out = same(&ns.0, args);
         assert!(!out.is_empty(), "{args:?}");

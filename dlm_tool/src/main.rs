@@ -53,13 +53,14 @@ Commands served by this build:
   dump            the daemon's debug buffer
   dump_config     every option with its value and where it came from
   log_plock       the plock debug buffer
+  run_list        commands started by `dlm_tool run` (none: no run helper yet)
   reload_config   re-read dlm.conf (needs root)
   set_config k=v ...  change settable options at run time; k=restore, restore_all
                   (needs root)
 
 Not yet in this build (use the C dlm_tool): join, leave, joinleave,
   fence_ack, deadlock_check, lockdump, lockdebug, run, run_start, run_check,
-  run_cancel, run_list
+  run_cancel
 
 Options:
   -n              with ls, also every node the lockspace has seen
@@ -82,7 +83,6 @@ const NOT_YET: &[&str] = &[
     "run_start",
     "run_check",
     "run_cancel",
-    "run_list",
 ];
 
 /// getopt("MhVnm:e:f:vwsi:") with GNU permutation, then the first known command word and
@@ -137,6 +137,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
         "dump",
         "dump_config",
         "log_plock",
+        "run_list",
         "reload_config",
         "set_config",
     ];
@@ -183,6 +184,10 @@ fn parse(args: &[String]) -> Result<Op, String> {
         }),
         "log_plock" => Ok(Op::Dump {
             command: Command::DUMP_LOG_PLOCK,
+            json,
+        }),
+        "run_list" => Ok(Op::Dump {
+            command: Command::DUMP_RUN,
             json,
         }),
         other => Err(format!(

@@ -3,9 +3,10 @@
 //! stopping the lockspaces (the C daemon holds its global lock while it writes a dump).
 //!
 //! Commands served: 1 DUMP_DEBUG, 2 DUMP_PLOCKS, 3 LOCKSPACE_INFO, 4 NODE_INFO,
-//! 5 LOCKSPACES, 6 LOCKSPACE_NODES, 11 DUMP_LOG_PLOCK, 13 DUMP_STATUS, 14 DUMP_CONFIG.
+//! 5 LOCKSPACES, 6 LOCKSPACE_NODES, 11 DUMP_LOG_PLOCK, 13 DUMP_STATUS, 14 DUMP_CONFIG,
+//! 17 DUMP_RUN (always empty: no run helper in this build).
 //! Others close the connection without a reply, as C does for commands it does not know
-//! on this socket; DUMP_RUN and the main socket arrive with the rest of the query work.
+//! on this socket.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -306,6 +307,8 @@ async fn answer(
                 }
             }
         }
+        // the helper that runs `dlm_tool run` commands is not in this build: no runs
+        Request::DumpRun => (DlmcHeader::new(Command::DUMP_RUN), Vec::new()),
         Request::DumpConfig => (
             DlmcHeader::new(Command::DUMP_CONFIG),
             config_dump.as_bytes().to_vec(),
