@@ -9,6 +9,9 @@ use tokio::io::unix::AsyncFd;
 
 use crate::{CorosyncGroup, CpgError, Event, Group};
 
+/// Messages dispatched per wake-up of [`AsyncCorosyncGroup::next_event`].
+const DISPATCH_BUDGET: usize = 64;
+
 /// A corosync group registered with the tokio reactor. Dropping it deregisters the fd
 /// before the group (and so the libqb fd) is finalized.
 #[derive(Debug)]
@@ -36,7 +39,9 @@ impl AsyncCorosyncGroup {
         self.fd.get_mut()
     }
 
-    /// The next event, waiting for corosync without blocking the runtime.
+    /// The next event, waiting for corosync without blocking the runtime. Dispatches at
+    /// most [`DISPATCH_BUDGET`] messages per wake-up and keeps the readiness while more
+    /// are pending, so a stream of deliveries never holds the caller for long.
     pub async fn next_event(&mut self) -> Result<Event, CpgError> {
         loop {
             if let Some(e) = self.fd.get_mut().poll_event() {
@@ -46,8 +51,9 @@ impl AsyncCorosyncGroup {
                 call: "tokio readiness",
                 code: 0,
             })?;
-            guard.get_inner_mut().dispatch()?;
-            guard.clear_ready();
+            if guard.get_inner_mut().dispatch_some(DISPATCH_BUDGET)? {
+                guard.clear_ready();
+            }
         }
     }
 

@@ -33,6 +33,8 @@ pub struct CorosyncGroup {
     nodeid: u32,
     inner: *mut Inner,
     outq: VecDeque<Vec<u8>>,
+    /// The last `flush_some` met TRY_AGAIN.
+    pushed_back: bool,
     joined: bool,
     fd: RawFd,
 }
@@ -225,6 +227,7 @@ impl CorosyncGroup {
             nodeid: 0,
             inner,
             outq: VecDeque::new(),
+            pushed_back: false,
             joined: false,
             fd: -1,
         };
@@ -276,6 +279,67 @@ impl CorosyncGroup {
     fn inner(&mut self) -> &mut Inner {
         // SAFETY: inner is the live Box allocated in join and freed only in Drop.
         unsafe { &mut *self.inner }
+    }
+
+    /// Queues `payload` behind anything already queued without sending now (a sender of a
+    /// long burst hands it over in [`Self::flush_some`] portions).
+    pub fn enqueue(&mut self, payload: &[u8]) -> Result<(), CpgError> {
+        if !self.joined {
+            return Err(CpgError::Closed);
+        }
+        self.outq.push_back(payload.to_vec());
+        Ok(())
+    }
+
+    /// Sends at most `max` queued messages: `Ok(true)` when the queue is empty, `Ok(false)`
+    /// when corosync pushed back or the budget ran out (then [`Self::pushed_back`] says which).
+    pub fn flush_some(&mut self, max: usize) -> Result<bool, CpgError> {
+        self.pushed_back = false;
+        for _ in 0..max {
+            let Some(m) = self.outq.front() else {
+                return Ok(true);
+            };
+            match self.send_one(m) {
+                Ok(()) => {
+                    self.outq.pop_front();
+                }
+                Err(CpgError::TryAgain) => {
+                    self.pushed_back = true;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.outq.is_empty())
+    }
+
+    /// Dispatches at most `max` pending messages (`CS_DISPATCH_ONE_NONBLOCKING` each):
+    /// `Ok(true)` when corosync has nothing more right now, `Ok(false)` when the budget ran
+    /// out first. `CS_DISPATCH_ALL` keeps dispatching while deliveries keep arriving, which
+    /// during a long stream (a state transfer) holds the caller for the whole stream.
+    pub fn dispatch_some(&mut self, max: usize) -> Result<bool, CpgError> {
+        check_dispatch_stack("cpg_dispatch on a thread with less than 2 MiB of stack")?;
+        for _ in 0..max {
+            // SAFETY: live handle; callbacks only touch `inner` (see with_inner).
+            let rc = unsafe { sys::cpg_dispatch(self.handle, sys::CS_DISPATCH_ONE_NONBLOCKING) };
+            if self.inner().poisoned {
+                return Err(CpgError::Call {
+                    call: "cpg_dispatch callback panicked",
+                    code: 0,
+                });
+            }
+            match check("cpg_dispatch", rc) {
+                Ok(()) => {}
+                Err(CpgError::TryAgain) => return Ok(true),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+
+    /// The last [`Self::flush_some`] stopped at corosync's TRY_AGAIN (not at its budget).
+    pub fn pushed_back(&self) -> bool {
+        self.pushed_back
     }
 
     fn send_one(&self, payload: &[u8]) -> Result<(), CpgError> {

@@ -17,6 +17,17 @@ pub(crate) struct QuorumState {
     pub(crate) ring_seq: u64,
 }
 
+/// How far a [`LsGroup::flush_some`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// Nothing left queued.
+    Empty,
+    /// The budget ran out: more can go at once.
+    Budget,
+    /// corosync said TRY_AGAIN: retry shortly.
+    PushedBack,
+}
+
 /// A process group of either kind.
 #[derive(Debug)]
 pub(crate) enum LsGroup {
@@ -51,11 +62,45 @@ impl LsGroup {
         }
     }
 
-    /// Sends what corosync refused earlier.
-    pub(crate) async fn flush(&mut self) -> Result<(), CpgError> {
+    /// Queues a message behind the backlog without sending it now (the tail of a long
+    /// burst: a state transfer must not hold the task in thousands of IPC calls).
+    pub(crate) fn enqueue(&mut self, bytes: &[u8]) -> Result<(), CpgError> {
         match self {
-            Self::Embedded(_) => Ok(()),
-            Self::Corosync(g) => g.flush().await,
+            Self::Embedded(g) => g.mcast(bytes),
+            Self::Corosync(g) => g.group().enqueue(bytes),
+        }
+    }
+
+    /// Sends at most `max` queued messages, without waiting.
+    pub(crate) fn flush_some(&mut self, max: usize) -> Result<Flush, CpgError> {
+        match self {
+            Self::Embedded(_) => Ok(Flush::Empty),
+            Self::Corosync(g) => {
+                let g = g.group();
+                Ok(if g.flush_some(max)? {
+                    Flush::Empty
+                } else if g.pushed_back() {
+                    Flush::PushedBack
+                } else {
+                    Flush::Budget
+                })
+            }
+        }
+    }
+
+    /// Sends everything queued, without waiting: `Ok(true)` when nothing is left.
+    pub(crate) fn try_flush(&mut self) -> Result<bool, CpgError> {
+        match self {
+            Self::Embedded(_) => Ok(true),
+            Self::Corosync(g) => g.group().flush(),
+        }
+    }
+
+    /// Messages corosync has not taken yet.
+    pub(crate) fn queued(&mut self) -> usize {
+        match self {
+            Self::Embedded(g) => g.send_queue_len(),
+            Self::Corosync(g) => g.group().send_queue_len(),
         }
     }
 

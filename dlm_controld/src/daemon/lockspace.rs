@@ -8,7 +8,7 @@ use dlm_proto::kernel::PlockInfo;
 use dlm_proto::wire::lockspace_group_name;
 use tokio::sync::mpsc;
 
-use super::cluster::LsGroup;
+use super::cluster::{Flush, LsGroup};
 use super::{LsContext, monotonic_secs, startup};
 use crate::config::LockspaceConf;
 use crate::kernel::SeamError;
@@ -48,7 +48,6 @@ impl FenceView for NoFencing {
     }
 }
 
-/// Monotonic milliseconds, for plock ages.
 /// The table in C's text (`copy_plock_state`), in one pass; with `ages` each line ends in
 /// ` age_ms <n>`.
 fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
@@ -65,6 +64,7 @@ fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
     out
 }
 
+/// Monotonic milliseconds, for plock ages.
 fn now_ms() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| {
@@ -73,6 +73,13 @@ fn now_ms() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Messages of one batch sent at once; the rest wait in the queue (see `perform`).
+const SEND_AT_ONCE: usize = 32;
+/// Queued messages handed to corosync per loop turn.
+const SEND_PER_TURN: usize = 64;
+/// Queued events handled per loop turn besides the one `next_event` returns.
+const EVENTS_PER_TURN: usize = 64;
 
 /// What identifies a local request until its reply: the reply echoes these fields.
 type PendingKey = (u8, u64, u64, u32, u64, u64, bool);
@@ -114,6 +121,9 @@ impl Shell {
     }
 
     fn perform(&mut self, actions: Vec<Action>) {
+        // the first messages of a batch go out at once; the rest of a long one (a state
+        // transfer) is queued and handed over a portion per loop turn
+        let mut sent = 0usize;
         for a in actions {
             let r = match a {
                 Action::StopKernel => self.ctx.seam.sysfs_write(self.core.name(), "control", "0"),
@@ -128,7 +138,13 @@ impl Shell {
                         .cpg_sent
                         .with_label_values(&[self.text.as_str()])
                         .inc();
-                    if let Err(e) = self.group.mcast(&bytes) {
+                    sent += 1;
+                    let r = if sent <= SEND_AT_ONCE {
+                        self.group.mcast(&bytes)
+                    } else {
+                        self.group.enqueue(&bytes)
+                    };
+                    if let Err(e) = r {
                         crate::log_error!("{}: multicast: {e}", self.text);
                     }
                     Ok(())
@@ -258,8 +274,13 @@ impl Shell {
         self.perform(actions);
     }
 
+    /// Handles events already queued, a bounded number per loop turn (the rest come
+    /// through `next_event`), so a flood of deliveries does not starve queries.
     fn drain(&mut self) {
-        while let Some(ev) = self.group.poll_event() {
+        for _ in 0..EVENTS_PER_TURN {
+            let Some(ev) = self.group.poll_event() else {
+                return;
+            };
             self.event(ev);
         }
     }
@@ -294,15 +315,19 @@ pub(crate) async fn run(
         ctx: ctx.clone(),
     };
     ls.drain();
+    let mut last_flush = Flush::Empty;
+    let mut turns = 0u32;
     while !ls.core.is_left() {
+        // give the scheduler (and tokio's per-task budget) a turn now and then: while
+        // deliveries stream in, the event branch is always ready and would otherwise keep
+        // the command branch (queries, kernel requests) waiting behind the whole stream
+        turns = turns.wrapping_add(1);
+        if turns % 16 == 0 {
+            tokio::task::yield_now().await;
+        }
         tokio::select! {
-            ev = ls.group.next_event() => match ev {
-                Ok(ev) => ls.event(ev),
-                Err(e) => {
-                    crate::log_error!("{text}: {e}");
-                    break;
-                }
-            },
+            // commands first: a query or a kernel request never waits behind a stream
+            biased;
             cmd = commands.recv() => match cmd {
                 Some(LsCommand::Poll) => {
                     let a = ls.with_env(|core, env| core.poll(env));
@@ -327,13 +352,40 @@ pub(crate) async fn run(
                 }
                 None => break,
             },
+            ev = ls.group.next_event() => match ev {
+                Ok(ev) => ls.event(ev),
+                Err(e) => {
+                    crate::log_error!("{text}: {e}");
+                    break;
+                }
+            },
             Ok(()) = quorum.changed() => {
                 let a = ls.with_env(|core, env| core.poll(env));
                 ls.perform(a);
             }
+            // a backlog (a big state transfer, a storm): a portion per turn, right away
+            // after a full portion, a millisecond after corosync's TRY_AGAIN; events,
+            // plock requests and queries keep being served in between
+            () = async {
+                if last_flush == Flush::PushedBack {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+            }, if ls.group.queued() > 0 => {}
         }
         ls.drain();
-        let _ = ls.group.flush().await;
+        match ls.group.flush_some(SEND_PER_TURN) {
+            Ok(f) => last_flush = f,
+            Err(e) => crate::log_error!("{text}: multicast: {e}"),
+        }
+    }
+    // what is still queued goes out before the task ends (a leave's last messages)
+    for _ in 0..5000 {
+        match ls.group.try_flush() {
+            Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+            _ => break,
+        }
     }
     let _ = ls.ctx.done.send(text);
 }
