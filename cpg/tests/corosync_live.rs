@@ -229,6 +229,53 @@ fn tokio_driven_group() {
     assert_eq!(got, vec![vec![0u8; 10], vec![1; 10], vec![2; 10]]);
 }
 
+/// A burst handed over in portions: `enqueue` sends nothing, `flush_some` at most its
+/// budget; `next_event` dispatches in portions and loses nothing (2,000 deliveries in order,
+/// more than one wake-up's budget).
+#[test]
+fn portions_of_a_burst() {
+    let cs = Corosync::start("portion");
+    let got = cs.run(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let g = wait_for(Duration::from_secs(15), || {
+                CorosyncGroup::join(b"dlm:portion\0", false).ok()
+            })
+            .expect("join");
+            let mut g = dlm_cpg::AsyncCorosyncGroup::new(g).expect("register");
+            for i in 0..2000u16 {
+                g.group().enqueue(&i.to_le_bytes()).expect("enqueue");
+            }
+            assert_eq!(g.group().send_queue_len(), 2000, "enqueue sends nothing");
+            let drained = g.group().flush_some(10).expect("flush_some");
+            assert!(!drained);
+            let left = g.group().send_queue_len();
+            assert!(
+                (1990..2000).contains(&left) || g.group().pushed_back(),
+                "{left}"
+            );
+            let mut delivered = Vec::new();
+            let work = async {
+                while delivered.len() < 2000 {
+                    let _ = g.group().flush_some(64).expect("flush_some");
+                    let ev = tokio::time::timeout(Duration::from_millis(50), g.next_event()).await;
+                    if let Ok(Ok(Event::Deliver { payload, .. })) = ev {
+                        delivered.push(u16::from_le_bytes([payload[0], payload[1]]));
+                    }
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(30), work)
+                .await
+                .expect("not stuck");
+            delivered
+        })
+    });
+    assert_eq!(got, (0..2000u16).collect::<Vec<_>>());
+}
+
 /// corosync asks before it shuts down: refused once (it keeps running), allowed the
 /// second time (it exits).
 #[test]
