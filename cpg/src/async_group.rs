@@ -40,7 +40,7 @@ impl AsyncCorosyncGroup {
     }
 
     /// The next event, waiting for corosync without blocking the runtime. Dispatches at
-    /// most [`DISPATCH_BUDGET`] messages per wake-up and keeps the readiness while more
+    /// most 64 messages per wake-up and keeps the readiness while more
     /// are pending, so a stream of deliveries never holds the caller for long.
     pub async fn next_event(&mut self) -> Result<Event, CpgError> {
         loop {
