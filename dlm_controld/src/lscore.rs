@@ -42,6 +42,13 @@ pub enum Action {
     KickNode(u32),
     /// Our leave is complete: remove configfs members, `event_done` = 0, end the task.
     Left,
+    /// A delivered message was dropped: log it once and count it.
+    Dropped {
+        /// Sender.
+        from: u32,
+        /// Why.
+        why: String,
+    },
 }
 
 /// The world around the lockspace at one moment.
@@ -214,11 +221,26 @@ impl LsCore {
     /// `deliver_cb`: validated as C does (sender, negotiated major.minor); anything else is
     /// dropped.
     fn deliver(&mut self, e: &LsEnv<'_>, from: u32, payload: &[u8]) -> Vec<Action> {
-        let Ok(Message { header, body }) = Message::decode(payload) else {
-            return Vec::new();
+        let (header, body) = match Message::decode(payload) {
+            Ok(Message { header, body }) => (header, body),
+            Err(e) => {
+                return vec![Action::Dropped {
+                    from,
+                    why: e.to_string(),
+                }];
+            }
         };
-        if header.nodeid != from || header.version.0[..2] != [3, 1] {
-            return Vec::new();
+        if header.nodeid != from {
+            return vec![Action::Dropped {
+                from,
+                why: format!("header names node {} as its sender", header.nodeid),
+            }];
+        }
+        if header.version.0[..2] != [3, 1] {
+            return vec![Action::Dropped {
+                from,
+                why: format!("protocol version {:?}, not 3.1", header.version.0),
+            }];
         }
         let mut out = Vec::new();
         match body {

@@ -24,6 +24,8 @@ pub struct Metrics {
     pub cpg_sent: IntCounterVec,
     /// See `cpg_sent`.
     pub cpg_received: IntCounterVec,
+    /// Delivered messages dropped as malformed or not for us, by lockspace.
+    pub cpg_dropped: IntCounterVec,
     /// Granted locks held, by lockspace (at scrape).
     pub locks: IntGaugeVec,
     /// Waiters queued, by lockspace (at scrape).
@@ -111,6 +113,12 @@ impl Metrics {
                 &r,
                 "dlm_cpg_messages_received_total",
                 "Messages delivered on a lockspace's CPG group",
+                &["lockspace"],
+            ),
+            cpg_dropped: counter_vec(
+                &r,
+                "dlm_cpg_messages_dropped_total",
+                "Delivered messages dropped: malformed, a wrong sender or protocol version",
                 &["lockspace"],
             ),
             locks: gauge_vec(&r, "dlm_plock_locks", "Granted POSIX locks", &["lockspace"]),
@@ -234,6 +242,7 @@ mod tests {
         m.plock_bad_records.inc();
         m.cpg_sent.with_label_values(&["t"]).inc();
         m.cpg_received.with_label_values(&["t"]).inc();
+        m.cpg_dropped.with_label_values(&["t"]).inc();
         m.locks.with_label_values(&["t"]).set(3);
         m.waiters.with_label_values(&["t"]).set(1);
         m.resources.with_label_values(&["t"]).set(2);
@@ -255,6 +264,7 @@ mod tests {
             "dlm_plock_bad_records_total",
             "dlm_cpg_messages_sent_total",
             "dlm_cpg_messages_received_total",
+            "dlm_cpg_messages_dropped_total",
             "dlm_plock_locks",
             "dlm_plock_waiters",
             "dlm_plock_resources",

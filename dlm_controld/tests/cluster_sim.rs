@@ -211,6 +211,8 @@ impl Sim {
                         _ => {}
                     }
                 }
+                // the simulation sends only well-formed messages
+                Action::Dropped { from, why } => panic!("dropped from {from}: {why}"),
                 Action::StopKernel
                 | Action::StartKernel { .. }
                 | Action::KickNode(_)

@@ -159,6 +159,14 @@ impl Shell {
                     Ok(())
                 }
                 Action::KickNode(_) => Ok(()),
+                Action::Dropped { from, why } => {
+                    crate::metrics::get()
+                        .cpg_dropped
+                        .with_label_values(&[self.text.as_str()])
+                        .inc();
+                    crate::log_error!("{}: dropped a message from node {from}: {why}", self.text);
+                    Ok(())
+                }
                 Action::Left => startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0)
                     .and_then(|()| {
                         self.ctx

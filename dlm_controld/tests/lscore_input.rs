@@ -1,0 +1,99 @@
+//! Bad CPG input reaches a lockspace's core: each malformed or foreign message becomes one
+//! `Action::Dropped` naming why (the task logs and counts it), and nothing else happens.
+
+use dlm_controld::lscore::{Action, LsCore, LsEnv};
+use dlm_controld::membership::FenceView;
+use dlm_cpg::Event;
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_proto::wire::{DlmHeader, MsgType, Version3, encode_plock_msg, global_id};
+
+#[derive(Debug)]
+struct NoFence;
+
+impl FenceView for NoFence {
+    fn fence_time(&self, _: u32) -> Option<u64> {
+        Some(u64::MAX)
+    }
+    fn in_progress(&self) -> bool {
+        false
+    }
+    fn cluster_add_time(&self, _: u32) -> u64 {
+        0
+    }
+}
+
+fn deliver(core: &mut LsCore, from: u32, payload: Vec<u8>) -> Vec<Action> {
+    let f = NoFence;
+    let env = LsEnv {
+        now: 10,
+        now_ms: 10_000,
+        quorate: true,
+        cluster_ring_seq: 1,
+        quorum_required: true,
+        fencing_enabled: false,
+        fencing: &f,
+    };
+    core.event(
+        &env,
+        Event::Deliver {
+            nodeid: from,
+            pid: 1,
+            payload,
+        },
+    )
+}
+
+fn dropped(actions: &[Action]) -> Option<(u32, &str)> {
+    match actions {
+        [Action::Dropped { from, why }] => Some((*from, why.as_str())),
+        _ => None,
+    }
+}
+
+#[test]
+fn malformed_and_foreign_messages_are_dropped_with_a_reason() {
+    let name = LockspaceName::new(b"foo").expect("name");
+    let gid = global_id(&name);
+    let mut core = LsCore::new(name, 1, true);
+    let info = PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 5,
+        nodeid: 2,
+        rv: 0,
+        fsid: gid,
+        number: 9,
+        start: 0,
+        end: 9,
+        owner: 5,
+    };
+    let header = |version, sender| DlmHeader {
+        global_id: gid,
+        ..DlmHeader::new(Version3(version), MsgType::PLOCK, sender)
+    };
+
+    let a = deliver(&mut core, 2, vec![1, 2, 3]);
+    let (from, why) = dropped(&a).expect("garbage dropped");
+    assert_eq!(from, 2);
+    assert!(!why.is_empty());
+
+    let msg = encode_plock_msg(&header([3, 1, 1], 3), &info).to_vec();
+    let a = deliver(&mut core, 2, msg);
+    let (_, why) = dropped(&a).expect("wrong sender dropped");
+    assert!(why.contains("node 3"), "{why}");
+
+    let msg = encode_plock_msg(&header([2, 0, 0], 2), &info).to_vec();
+    let a = deliver(&mut core, 2, msg);
+    let (_, why) = dropped(&a).expect("old protocol dropped");
+    assert!(why.contains("not 3.1"), "{why}");
+
+    let mut truncated = encode_plock_msg(&header([3, 1, 1], 2), &info).to_vec();
+    truncated.truncate(50);
+    assert!(dropped(&deliver(&mut core, 2, truncated)).is_some());
+    // none of it touched the table
+    assert_eq!(core.plocks().lock_count(), 0);
+}
