@@ -283,11 +283,11 @@ impl CorosyncGroup {
 
     /// Queues `payload` behind anything already queued without sending now (a sender of a
     /// long burst hands it over in [`Self::flush_some`] portions).
-    pub fn enqueue(&mut self, payload: &[u8]) -> Result<(), CpgError> {
+    pub fn enqueue(&mut self, payload: Vec<u8>) -> Result<(), CpgError> {
         if !self.joined {
             return Err(CpgError::Closed);
         }
-        self.outq.push_back(payload.to_vec());
+        self.outq.push_back(payload);
         Ok(())
     }
 

@@ -247,7 +247,9 @@ fn portions_of_a_burst() {
             .expect("join");
             let mut g = dlm_cpg::AsyncCorosyncGroup::new(g).expect("register");
             for i in 0..2000u16 {
-                g.group().enqueue(&i.to_le_bytes()).expect("enqueue");
+                g.group()
+                    .enqueue(i.to_le_bytes().to_vec())
+                    .expect("enqueue");
             }
             assert_eq!(g.group().send_queue_len(), 2000, "enqueue sends nothing");
             let drained = g.group().flush_some(10).expect("flush_some");

@@ -64,9 +64,9 @@ impl LsGroup {
 
     /// Queues a message behind the backlog without sending it now (the tail of a long
     /// burst: a state transfer must not hold the task in thousands of IPC calls).
-    pub(crate) fn enqueue(&mut self, bytes: &[u8]) -> Result<(), CpgError> {
+    pub(crate) fn enqueue(&mut self, bytes: Vec<u8>) -> Result<(), CpgError> {
         match self {
-            Self::Embedded(g) => g.mcast(bytes),
+            Self::Embedded(g) => g.mcast(&bytes),
             Self::Corosync(g) => g.group().enqueue(bytes),
         }
     }

@@ -93,7 +93,27 @@ fn pending_key(i: &PlockInfo) -> PendingKey {
     }
 }
 
+/// This lockspace's series, resolved once (a label lookup per message would cost more
+/// than the message's own handling in a state transfer).
+struct LsMetrics {
+    sent: prometheus::IntCounter,
+    received: prometheus::IntCounter,
+    dropped: prometheus::IntCounter,
+}
+
+impl LsMetrics {
+    fn new(ls: &str) -> Self {
+        let m = crate::metrics::get();
+        Self {
+            sent: m.cpg_sent.with_label_values(&[ls]),
+            received: m.cpg_received.with_label_values(&[ls]),
+            dropped: m.cpg_dropped.with_label_values(&[ls]),
+        }
+    }
+}
+
 struct Shell {
+    metrics: LsMetrics,
     core: LsCore,
     text: String,
     /// Local requests not yet answered, with the time each was read (for the latency
@@ -134,15 +154,12 @@ impl Shell {
                     event_done,
                 } => self.start_kernel(write_id, &members, &renew, event_done),
                 Action::Send(bytes) => {
-                    crate::metrics::get()
-                        .cpg_sent
-                        .with_label_values(&[self.text.as_str()])
-                        .inc();
+                    self.metrics.sent.inc();
                     sent += 1;
                     let r = if sent <= SEND_AT_ONCE {
                         self.group.mcast(&bytes)
                     } else {
-                        self.group.enqueue(&bytes)
+                        self.group.enqueue(bytes)
                     };
                     if let Err(e) = r {
                         crate::log_error!("{}: multicast: {e}", self.text);
@@ -160,10 +177,7 @@ impl Shell {
                 }
                 Action::KickNode(_) => Ok(()),
                 Action::Dropped { from, why } => {
-                    crate::metrics::get()
-                        .cpg_dropped
-                        .with_label_values(&[self.text.as_str()])
-                        .inc();
+                    self.metrics.dropped.inc();
                     crate::log_error!("{}: dropped a message from node {from}: {why}", self.text);
                     Ok(())
                 }
@@ -262,10 +276,7 @@ impl Shell {
     fn event(&mut self, ev: Event) {
         // _receive_plock's log line, on every node, in delivery order
         if let Event::Deliver { payload, .. } = &ev {
-            crate::metrics::get()
-                .cpg_received
-                .with_label_values(&[self.text.as_str()])
-                .inc();
+            self.metrics.received.inc();
             if let Ok(dlm_proto::wire::Message {
                 body: dlm_proto::wire::Body::Plock(info),
                 ..
@@ -315,6 +326,7 @@ pub(crate) async fn run(
     };
     let mut quorum = ctx.quorum.clone();
     let mut ls = Shell {
+        metrics: LsMetrics::new(&text),
         core: LsCore::new(name, ctx.our, ctx.embedded),
         text: text.clone(),
         pending: std::collections::HashMap::new(),
