@@ -158,9 +158,10 @@ pub(crate) fn lockspaces(v: &[Lockspace]) -> String {
     to_string(&Out { lockspaces: v })
 }
 
+/// Compact, one line (pipe through `jq .` to read it): a 10^6-lock table stays a quarter of
+/// the pretty form's size.
 fn to_string<T: Serialize>(v: &T) -> String {
-    let mut s =
-        serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    let mut s = serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
     s.push('\n');
     s
 }
