@@ -797,7 +797,14 @@ fn plock_request(
         .inc();
     match name {
         Some(n) => crate::log_plock!(n, "read plock {}", crate::log::plock_words(&info)),
-        None => crate::log_error!("process_plocks: no ls id {:x}", info.fsid),
+        // a plock-log line, as C: a kernel request, not bad input (and no syslog flood)
+        None => crate::log::log(
+            crate::log::Level::Debug,
+            None,
+            true,
+            true,
+            format_args!("process_plocks: no ls id {:x}", info.fsid),
+        ),
     }
     let task = name.and_then(|n| lockspaces.get(n));
     match task {
