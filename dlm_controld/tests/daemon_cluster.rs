@@ -305,6 +305,33 @@ fn minority_partition_grants_nothing() {
         "a minority partition granted a lock the majority may grant too: {got:?}; control {:?}",
         writes(&k1.records(), "sys/kernel/dlm/foo/control")
     );
+    // what an operator (or Pacemaker's agent) sees on node 1: the real dlm_tool and ours
+    // print the same pending change waiting for quorum; ours exits 4 with --exit-code
+    let tool = |bin: &str, args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &c.node_ns(1), bin])
+            .args(args)
+            .output()
+            .expect("dlm_tool");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.status.code(),
+        )
+    };
+    let ours = std::env::current_exe()
+        .expect("test path")
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target dir")
+        .join("dlm_tool")
+        .display()
+        .to_string();
+    let (real, _) = tool("dlm_tool", &["ls"]);
+    assert!(real.contains("\nnew status    wait quorum\n"), "{real}");
+    let (mine, code) = tool(&ours, &["ls"]);
+    assert_eq!((mine.as_str(), code), (real.as_str(), Some(0)));
+    let (_, code) = tool(&ours, &["ls", "--exit-code"]);
+    assert_eq!(code, Some(4), "waiting for quorum");
     drop(daemons);
     drop(kernels);
     drop(c);
