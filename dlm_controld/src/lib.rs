@@ -2,6 +2,7 @@
 //! today; the kernel seam, daemon protocol, fencing and the plock path arrive with their
 //! issues.
 
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod daemon_proto;

@@ -191,7 +191,7 @@ impl Metrics {
         ] {
             let _ = v.remove_label_values(&[lockspace]);
         }
-        for c in ["ringid", "quorum", "fencing", "fsdone", "messages"] {
+        for c in CONDITIONS {
             let _ = self.waiting.remove_label_values(&[lockspace, c]);
         }
     }
@@ -204,26 +204,35 @@ pub fn get() -> &'static Metrics {
     METRICS.get_or_init(Metrics::new)
 }
 
-/// The `op` label of a plock request.
-pub fn op_label(op: dlm_proto::kernel::PlockOp) -> &'static str {
+/// The `condition` label values of `dlm_lockspace_waiting`.
+pub const CONDITIONS: [&str; 5] = ["ringid", "quorum", "fencing", "fsdone", "messages"];
+
+/// The `op` label values of `dlm_plock_requests_total`.
+pub const OPS: [&str; 5] = ["lock", "unlock", "get", "cancel", "other"];
+
+/// The `result` label values of `dlm_plock_replies_total`.
+pub const RESULTS: [&str; 5] = ["ok", "eagain", "conflict", "enoent", "error"];
+
+/// Index in [`OPS`] of a plock request's op.
+pub fn op_index(op: dlm_proto::kernel::PlockOp) -> usize {
     use dlm_proto::kernel::PlockOp;
     match op {
-        PlockOp::LOCK => "lock",
-        PlockOp::UNLOCK => "unlock",
-        PlockOp::GET => "get",
-        PlockOp::CANCEL => "cancel",
-        _ => "other",
+        PlockOp::LOCK => 0,
+        PlockOp::UNLOCK => 1,
+        PlockOp::GET => 2,
+        PlockOp::CANCEL => 3,
+        _ => 4,
     }
 }
 
-/// The `result` label of a plock reply.
-pub fn result_label(op: dlm_proto::kernel::PlockOp, rv: i32) -> &'static str {
+/// Index in [`RESULTS`] of a plock reply.
+pub fn result_index(op: dlm_proto::kernel::PlockOp, rv: i32) -> usize {
     match (op, rv) {
-        (dlm_proto::kernel::PlockOp::GET, 1) => "conflict",
-        (_, 0) => "ok",
-        (_, -11) => "eagain",
-        (_, -2) => "enoent",
-        _ => "error",
+        (dlm_proto::kernel::PlockOp::GET, 1) => 2,
+        (_, 0) => 0,
+        (_, -11) => 1,
+        (_, -2) => 3,
+        _ => 4,
     }
 }
 
@@ -292,10 +301,10 @@ mod tests {
     #[test]
     fn labels() {
         use dlm_proto::kernel::PlockOp;
-        assert_eq!(op_label(PlockOp::GET), "get");
-        assert_eq!(result_label(PlockOp::GET, 1), "conflict");
-        assert_eq!(result_label(PlockOp::LOCK, -11), "eagain");
-        assert_eq!(result_label(PlockOp::LOCK, 0), "ok");
-        assert_eq!(result_label(PlockOp::UNLOCK, -22), "error");
+        assert_eq!(OPS[op_index(PlockOp::GET)], "get");
+        assert_eq!(RESULTS[result_index(PlockOp::GET, 1)], "conflict");
+        assert_eq!(RESULTS[result_index(PlockOp::LOCK, -11)], "eagain");
+        assert_eq!(RESULTS[result_index(PlockOp::LOCK, 0)], "ok");
+        assert_eq!(RESULTS[result_index(PlockOp::UNLOCK, -22)], "error");
     }
 }

@@ -1,9 +1,7 @@
 //! `--json`: the same facts as the text commands in a stable schema (docs/dlm_tool.md).
 //! Field names never change meaning; new fields may be added.
 
-use dlm_proto::query::{
-    DlmcChange, DlmcLockspace, DlmcNode, NodeFlags, StateRecord, StateType, WaitCondition,
-};
+use dlm_proto::query::{DlmcChange, DlmcLockspace, DlmcNode, NodeFlags, StateRecord, StateType};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -103,20 +101,6 @@ pub(crate) struct Lockspace {
     nodes: Option<Option<Vec<Node>>>,
 }
 
-/// The wait word of a pending change (as `ls` prints it, `messages` for missing STARTs).
-pub(crate) fn wait_word(c: &DlmcChange) -> &'static str {
-    if c.wait_messages {
-        return "messages";
-    }
-    match c.wait_condition {
-        WaitCondition::Ringid => "ringid",
-        WaitCondition::Quorum => "quorum",
-        WaitCondition::Fencing => "fencing",
-        WaitCondition::FsDone => "fsdone",
-        WaitCondition::None | WaitCondition::Other(_) => "unknown",
-    }
-}
-
 fn ids(nodes: &[DlmcNode]) -> Vec<i32> {
     nodes.iter().map(|n| n.nodeid).collect()
 }
@@ -137,7 +121,7 @@ impl Lockspace {
             members: members.map(ids),
             pending: (ls.cg_next.seq != 0).then(|| Pending {
                 change: Change::from(&ls.cg_next),
-                wait: wait_word(&ls.cg_next),
+                wait: ls.cg_next.wait_word(),
                 missing_starts: ls
                     .cg_next
                     .wait_messages

@@ -214,7 +214,7 @@ fn wait_code(ls: &dlm_proto::query::DlmcLockspace) -> u8 {
     if ls.cg_next.seq == 0 {
         return 0;
     }
-    match json::wait_word(&ls.cg_next) {
+    match ls.cg_next.wait_word() {
         "fencing" => WAIT_FENCING,
         "quorum" => WAIT_QUORUM,
         _ => WAIT_OTHER,

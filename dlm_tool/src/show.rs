@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use dlm_proto::query::{DlmcChange, DlmcLockspace, DlmcNode, NodeFlags, WaitCondition};
+use dlm_proto::query::{DlmcChange, DlmcLockspace, DlmcNode, NodeFlags};
 
 /// One lockspace's member lists as fetched: `None` when the query failed.
 pub(crate) struct Lists<'a> {
@@ -35,17 +35,6 @@ fn change(out: &mut String, label: &str, c: &DlmcChange) {
         i32::from_ne_bytes(c.combined_seq.to_ne_bytes()),
         i32::from_ne_bytes(c.seq.to_ne_bytes())
     );
-}
-
-// condition_str
-fn condition(c: WaitCondition) -> &'static str {
-    match c {
-        WaitCondition::Ringid => "ringid",
-        WaitCondition::Quorum => "quorum",
-        WaitCondition::Fencing => "fencing",
-        WaitCondition::FsDone => "fsdone",
-        WaitCondition::None | WaitCondition::Other(_) => "unknown",
-    }
 }
 
 // check_str
@@ -101,7 +90,7 @@ pub(crate) fn lockspace(out: &mut String, ls: &DlmcLockspace, lists: &Lists<'_>)
             let _ = writeln!(
                 out,
                 "new status    wait {}",
-                condition(ls.cg_next.wait_condition)
+                ls.cg_next.wait_condition.name()
             );
         }
         match lists.next {
@@ -141,7 +130,7 @@ pub(crate) fn lockspace(out: &mut String, ls: &DlmcLockspace, lists: &Lists<'_>)
 mod tests {
     use super::*;
     use dlm_proto::LockspaceName;
-    use dlm_proto::query::{FailReason, LockspaceFlags};
+    use dlm_proto::query::{FailReason, LockspaceFlags, WaitCondition};
 
     fn node(id: i32, flags: u32) -> DlmcNode {
         DlmcNode {

@@ -9,7 +9,8 @@ use dlm_proto::wire::lockspace_group_name;
 use tokio::sync::mpsc;
 
 use super::cluster::{Flush, LsGroup};
-use super::{LsContext, monotonic_secs, startup};
+use super::{LsContext, startup};
+use crate::clock::monotonic_secs;
 use crate::config::LockspaceConf;
 use crate::kernel::SeamError;
 use crate::lscore::{Action, LsCore, LsEnv, LsReport};
@@ -53,7 +54,7 @@ impl FenceView for NoFencing {
 fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    for e in t.dump(now_ms()) {
+    for e in t.dump(crate::clock::monotonic_ms()) {
         if ages {
             let line = e.to_string();
             let _ = writeln!(out, "{} age_ms {}", line.trim_end(), e.age_ms);
@@ -62,16 +63,6 @@ fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
         }
     }
     out
-}
-
-/// Monotonic milliseconds, for plock ages.
-fn now_ms() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| {
-            u64::try_from(t.tv_sec()).unwrap_or(0) * 1000
-                + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000_000
-        })
-        .unwrap_or(0)
 }
 
 /// Messages of one batch sent at once; the rest wait in the queue (see `perform`).
@@ -99,6 +90,12 @@ struct LsMetrics {
     sent: prometheus::IntCounter,
     received: prometheus::IntCounter,
     dropped: prometheus::IntCounter,
+    /// By [`crate::metrics::OPS`].
+    requests: Vec<prometheus::IntCounter>,
+    /// By [`crate::metrics::RESULTS`].
+    replies: Vec<prometheus::IntCounter>,
+    /// wait=false, wait=true.
+    seconds: [prometheus::Histogram; 2],
 }
 
 impl LsMetrics {
@@ -108,6 +105,18 @@ impl LsMetrics {
             sent: m.cpg_sent.with_label_values(&[ls]),
             received: m.cpg_received.with_label_values(&[ls]),
             dropped: m.cpg_dropped.with_label_values(&[ls]),
+            requests: crate::metrics::OPS
+                .iter()
+                .map(|op| m.plock_requests.with_label_values(&[ls, op]))
+                .collect(),
+            replies: crate::metrics::RESULTS
+                .iter()
+                .map(|r| m.plock_replies.with_label_values(&[ls, r]))
+                .collect(),
+            seconds: [
+                m.plock_seconds.with_label_values(&[ls, "false"]),
+                m.plock_seconds.with_label_values(&[ls, "true"]),
+            ],
         }
     }
 }
@@ -130,7 +139,7 @@ impl Shell {
         let fence = NoFencing;
         let env = LsEnv {
             now: monotonic_secs(),
-            now_ms: now_ms(),
+            now_ms: crate::clock::monotonic_ms(),
             quorate: q.quorate,
             cluster_ring_seq: q.ring_seq,
             quorum_required: true,
@@ -222,6 +231,7 @@ impl Shell {
     /// answered: a cancelled waiter, and an owner's waiters when it closes the file.
     fn track(&mut self, info: &PlockInfo, t0: std::time::Instant) {
         use dlm_proto::kernel::PlockOp;
+        self.metrics.requests[crate::metrics::op_index(info.op)].inc();
         if info.flags.close() {
             if !self.pending.is_empty() {
                 self.pending
@@ -250,22 +260,11 @@ impl Shell {
     }
 
     fn count_reply(&mut self, info: &PlockInfo) {
-        let m = crate::metrics::get();
-        m.plock_replies
-            .with_label_values(&[
-                self.text.as_str(),
-                crate::metrics::result_label(info.op, info.rv),
-            ])
-            .inc();
+        self.metrics.replies[crate::metrics::result_index(info.op, info.rv)].inc();
         let key = pending_key(info);
         if let Some(q) = self.pending.get_mut(&key) {
             if let Some(t0) = q.pop_front() {
-                m.plock_seconds
-                    .with_label_values(&[
-                        self.text.as_str(),
-                        if info.wait { "true" } else { "false" },
-                    ])
-                    .observe(t0.elapsed().as_secs_f64());
+                self.metrics.seconds[usize::from(info.wait)].observe(t0.elapsed().as_secs_f64());
             }
             if q.is_empty() {
                 self.pending.remove(&key);

@@ -4,13 +4,9 @@
 
 use std::time::Duration;
 
-use dlm_proto::query::WaitCondition;
+use super::query::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-
-use super::lockspace::LsCommand;
-use super::query::Registry;
 
 /// Accepts forever; each connection gets its own task.
 pub(crate) async fn serve(listener: TcpListener, registry: Registry) {
@@ -28,18 +24,10 @@ pub(crate) async fn serve(listener: TcpListener, registry: Registry) {
 /// Sets the lockspace gauges from each lockspace task's report.
 async fn refresh(reg: &Registry) {
     let m = crate::metrics::get();
-    let tasks: Vec<(String, tokio::sync::mpsc::UnboundedSender<LsCommand>)> = reg
-        .lock()
-        .map(|r| r.iter().map(|(n, t)| (n.clone(), t.clone())).collect())
-        .unwrap_or_default();
-    for (name, tx) in tasks {
-        let (rtx, rrx) = oneshot::channel();
-        if tx.send(LsCommand::Query(rtx)).is_err() {
-            continue;
-        }
-        let Ok(r) = rrx.await else { continue };
-        let n = [name.as_str()];
-        let as_i64 = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+    let as_i64 = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+    for r in super::query::reports(reg).await {
+        let name = r.info.name.to_str_lossy();
+        let n = [name.as_ref()];
         m.locks.with_label_values(&n).set(as_i64(r.locks));
         m.waiters.with_label_values(&n).set(as_i64(r.waiters));
         m.resources.with_label_values(&n).set(as_i64(r.resources));
@@ -48,22 +36,10 @@ async fn refresh(reg: &Registry) {
             .with_label_values(&n)
             .set(i64::from(r.info.cg_prev.seq));
         let next = &r.info.cg_next;
-        let now = if next.seq == 0 {
-            ""
-        } else if next.wait_messages {
-            "messages"
-        } else {
-            match next.wait_condition {
-                WaitCondition::Ringid => "ringid",
-                WaitCondition::Quorum => "quorum",
-                WaitCondition::Fencing => "fencing",
-                WaitCondition::FsDone => "fsdone",
-                WaitCondition::None | WaitCondition::Other(_) => "",
-            }
-        };
-        for c in ["ringid", "quorum", "fencing", "fsdone", "messages"] {
+        let now = if next.seq == 0 { "" } else { next.wait_word() };
+        for c in crate::metrics::CONDITIONS {
             m.waiting
-                .with_label_values(&[name.as_str(), c])
+                .with_label_values(&[name.as_ref(), c])
                 .set(i64::from(c == now));
         }
     }

@@ -26,6 +26,7 @@ use dlm_proto::wire::{Body, DAEMON_GROUP_NAME, Message};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
+use crate::clock::monotonic_secs;
 use crate::config::Config;
 use crate::daemon_proto::{DaemonProtocol, Out, QuorumView};
 use crate::kernel::{KernelRoot, MiscDevice, SeamError};
@@ -174,12 +175,6 @@ fn daemon_event(
         }
     }
     kick
-}
-
-pub(crate) fn monotonic_secs() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| u64::try_from(t.tv_sec()).unwrap_or(0))
-        .unwrap_or(0)
 }
 
 /// Sends one `sd_notify` message to systemd, when started by it (`NOTIFY_SOCKET`).
@@ -566,7 +561,7 @@ async fn main_loop(
                 // every request queued, per wakeup (C reads one per poll), unless
                 // plock_rate_limit says to pause; readiness is kept for after the pause
                 loop {
-                    let now = crate::log::monotime_ms();
+                    let now = crate::clock::monotonic_ms();
                     if let Err(resume) = rate.admit(config.options.num(crate::config::Opt::PlockRateLimit), now) {
                         let wait = Duration::from_millis(resume.saturating_sub(now));
                         paused_until = Some(tokio::time::Instant::now() + wait);
@@ -787,24 +782,27 @@ fn plock_request(
         }
     };
     info.nodeid = i32::try_from(our).unwrap_or(0);
+    // requests for a known lockspace are counted by its task
     let name = fsids.get(&info.fsid);
-    crate::metrics::get()
-        .plock_requests
-        .with_label_values(&[
-            name.map_or("unknown", String::as_str),
-            crate::metrics::op_label(info.op),
-        ])
-        .inc();
     match name {
         Some(n) => crate::log_plock!(n, "read plock {}", crate::log::plock_words(&info)),
         // a plock-log line, as C: a kernel request, not bad input (and no syslog flood)
-        None => crate::log::log(
-            crate::log::Level::Debug,
-            None,
-            true,
-            true,
-            format_args!("process_plocks: no ls id {:x}", info.fsid),
-        ),
+        None => {
+            crate::metrics::get()
+                .plock_requests
+                .with_label_values(&[
+                    "unknown",
+                    crate::metrics::OPS[crate::metrics::op_index(info.op)],
+                ])
+                .inc();
+            crate::log::log(
+                crate::log::Level::Debug,
+                None,
+                true,
+                true,
+                format_args!("process_plocks: no ls id {:x}", info.fsid),
+            );
+        }
     }
     let task = name.and_then(|n| lockspaces.get(n));
     match task {

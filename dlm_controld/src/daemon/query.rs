@@ -76,7 +76,8 @@ async fn report(reg: &Registry, name: &str) -> Option<LsReport> {
     rrx.await.ok()
 }
 
-async fn reports(reg: &Registry) -> Vec<LsReport> {
+/// Every lockspace's report, in name order (a lockspace that ends meanwhile is skipped).
+pub(crate) async fn reports(reg: &Registry) -> Vec<LsReport> {
     let names: Vec<String> = reg
         .lock()
         .map(|m| m.keys().cloned().collect())
@@ -186,7 +187,7 @@ async fn answer(
             // a stream of dlmc_state records without a header, then close
             let recs = status
                 .lock()
-                .map(|st| st.records(super::monotonic_secs()))
+                .map(|st| st.records(crate::clock::monotonic_secs()))
                 .unwrap_or_default();
             let mut out = Vec::new();
             for r in &recs {

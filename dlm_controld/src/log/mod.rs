@@ -86,22 +86,6 @@ pub fn set_sinks(sinks: Sinks) {
     }
 }
 
-/// Monotonic milliseconds.
-pub fn monotime_ms() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| {
-            u64::try_from(t.tv_sec()).unwrap_or(0) * 1000
-                + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000_000
-        })
-        .unwrap_or(0)
-}
-
-fn monotime() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| u64::try_from(t.tv_sec()).unwrap_or(0))
-        .unwrap_or(0)
-}
-
 /// `%b %d %T` in local time, for the log file.
 fn stamp() -> String {
     let mut buf = [0u8; 64];
@@ -125,11 +109,14 @@ fn stamp() -> String {
 }
 
 /// The line as it is stored: `<monotime> [<name> ]<message>\n`, cut at 510 characters.
-pub fn format_line(now: u64, name: Option<&str>, msg: &str) -> String {
-    let mut line = match name {
+/// Formatted once, into one buffer (two lines per plock request pass through here).
+pub fn format_line(now: u64, name: Option<&str>, msg: Arguments<'_>) -> String {
+    use std::fmt::Write as _;
+    let mut line = String::with_capacity(96);
+    let _ = match name {
         // the name is cut at 32 characters
-        Some(n) => format!("{now} {} {msg}", n.get(..32).unwrap_or(n)),
-        None => format!("{now} {msg}"),
+        Some(n) => write!(line, "{now} {} {msg}", n.get(..32).unwrap_or(n)),
+        None => write!(line, "{now} {msg}"),
     };
     if line.len() > MAX_LINE {
         let mut end = MAX_LINE;
@@ -148,7 +135,7 @@ pub fn log(level: Level, name: Option<&str>, plock: bool, plock_only: bool, msg:
     if level == Level::Error {
         crate::metrics::get().errors.inc();
     }
-    let line = format_line(monotime(), name, &msg.to_string());
+    let line = format_line(crate::clock::monotonic_secs(), name, msg);
     let Ok(mut l) = logger().lock() else {
         return;
     };
@@ -177,32 +164,45 @@ pub fn log(level: Level, name: Option<&str>, plock: bool, plock_only: bool, msg:
 }
 
 /// The words C's plock log uses for a request: `<number> <LK|UN|GET|??> <WR|RD|->
-/// <start>-<end> <nodeid>/<pid>/<owner> w <wait>` (plock.c `op_str`, `ex_str`).
-pub fn plock_words(info: &dlm_proto::kernel::PlockInfo) -> String {
-    use dlm_proto::kernel::PlockOp;
-    let op = match info.op {
-        PlockOp::LOCK => "LK",
-        PlockOp::UNLOCK => "UN",
-        PlockOp::GET => "GET",
-        _ => "??",
-    };
-    let ex = if info.op == PlockOp::UNLOCK || info.op == PlockOp::GET {
-        "-"
-    } else if info.ex {
-        "WR"
-    } else {
-        "RD"
-    };
-    format!(
-        "{:x} {op} {ex} {:x}-{:x} {}/{}/{:x} w {}",
-        info.number,
-        info.start,
-        info.end,
-        info.nodeid,
-        info.pid,
-        info.owner,
-        u8::from(info.wait)
-    )
+/// <start>-<end> <nodeid>/<pid>/<owner> w <wait>` (plock.c `op_str`, `ex_str`); written
+/// straight into the log line, without a String of its own.
+pub fn plock_words(info: &dlm_proto::kernel::PlockInfo) -> PlockWords<'_> {
+    PlockWords(info)
+}
+
+/// See [`plock_words`].
+#[derive(Debug)]
+pub struct PlockWords<'a>(&'a dlm_proto::kernel::PlockInfo);
+
+impl std::fmt::Display for PlockWords<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use dlm_proto::kernel::PlockOp;
+        let info = self.0;
+        let op = match info.op {
+            PlockOp::LOCK => "LK",
+            PlockOp::UNLOCK => "UN",
+            PlockOp::GET => "GET",
+            _ => "??",
+        };
+        let ex = if info.op == PlockOp::UNLOCK || info.op == PlockOp::GET {
+            "-"
+        } else if info.ex {
+            "WR"
+        } else {
+            "RD"
+        };
+        write!(
+            f,
+            "{:x} {op} {ex} {:x}-{:x} {}/{}/{:x} w {}",
+            info.number,
+            info.start,
+            info.end,
+            info.nodeid,
+            info.pid,
+            info.owner,
+            u8::from(info.wait)
+        )
+    }
 }
 
 /// `dlm_tool dump`.
@@ -252,14 +252,23 @@ mod tests {
     #[test]
     fn line_format() {
         assert_eq!(
-            format_line(453, Some("foo"), "send_start 1:1"),
+            format_line(453, Some("foo"), format_args!("send_start {}:{}", 1, 1)),
             "453 foo send_start 1:1\n"
         );
-        assert_eq!(format_line(447, None, "our_nodeid 1"), "447 our_nodeid 1\n");
+        assert_eq!(
+            format_line(447, None, format_args!("our_nodeid 1")),
+            "447 our_nodeid 1\n"
+        );
         let long = "x".repeat(600);
-        assert_eq!(format_line(1, None, &long).len(), MAX_LINE + 1);
+        assert_eq!(
+            format_line(1, None, format_args!("{long}")).len(),
+            MAX_LINE + 1
+        );
         let name = "n".repeat(40);
-        assert!(format_line(1, Some(&name), "m").starts_with(&format!("1 {} m", "n".repeat(32))));
+        assert!(
+            format_line(1, Some(&name), format_args!("m"))
+                .starts_with(&format!("1 {} m", "n".repeat(32)))
+        );
     }
 
     #[test]
@@ -281,19 +290,19 @@ mod tests {
             owner: 0xabc,
         };
         assert_eq!(
-            plock_words(&i),
+            plock_words(&i).to_string(),
             "4d LK WR 0-ffffffffffffffff 1/4242/abc w 1"
         );
         i.ex = false;
         i.wait = false;
         assert_eq!(
-            plock_words(&i),
+            plock_words(&i).to_string(),
             "4d LK RD 0-ffffffffffffffff 1/4242/abc w 0"
         );
         i.op = PlockOp::UNLOCK;
-        assert!(plock_words(&i).starts_with("4d UN - "));
+        assert!(plock_words(&i).to_string().starts_with("4d UN - "));
         i.op = PlockOp::CANCEL;
-        assert!(plock_words(&i).starts_with("4d ?? RD "));
+        assert!(plock_words(&i).to_string().starts_with("4d ?? RD "));
     }
 
     #[test]

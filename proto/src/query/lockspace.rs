@@ -82,6 +82,18 @@ impl WaitCondition {
         }
     }
 
+    /// dlm_tool's word for it (`condition_str`): `ringid`, `quorum`, `fencing`, `fsdone`,
+    /// or `unknown`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ringid => "ringid",
+            Self::Quorum => "quorum",
+            Self::Fencing => "fencing",
+            Self::FsDone => "fsdone",
+            Self::None | Self::Other(_) => "unknown",
+        }
+    }
+
     /// The C value.
     pub fn to_raw(self) -> i32 {
         match self {
@@ -123,6 +135,16 @@ impl Default for DlmcChange {
 }
 
 impl DlmcChange {
+    /// What a pending change waits for, in one word: `messages` while STARTs are missing,
+    /// else [`WaitCondition::name`].
+    pub fn wait_word(&self) -> &'static str {
+        if self.wait_messages {
+            "messages"
+        } else {
+            self.wait_condition.name()
+        }
+    }
+
     fn from_raw(r: &RawDlmcChange) -> Self {
         Self {
             member_count: r.member_count,
