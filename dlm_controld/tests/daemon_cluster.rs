@@ -8,24 +8,15 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-use dlm_tests::{FakeKernel, Record};
+use dlm_tests::{Daemon, FakeKernel, Record, configfs_members, start_daemon_on_corosync};
 use support::Cluster;
 
 const T: Duration = Duration::from_secs(30);
 const C: &str = "sys/kernel/config/dlm/cluster";
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
     records
@@ -38,25 +29,7 @@ fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
 }
 
 fn members(records: &[Record]) -> Vec<u32> {
-    let prefix = format!("{C}/spaces/foo/nodes/");
-    let mut m: Vec<u32> = Vec::new();
-    for r in records {
-        match r {
-            Record::Mkdir(p) => {
-                if let Some(n) = p.strip_prefix(&prefix).and_then(|n| n.parse().ok()) {
-                    m.push(n);
-                }
-            }
-            Record::Rmdir(p) => {
-                if let Some(n) = p.strip_prefix(&prefix).and_then(|n| n.parse::<u32>().ok()) {
-                    m.retain(|x| *x != n);
-                }
-            }
-            Record::Write(..) => {}
-        }
-    }
-    m.sort_unstable();
-    m
+    configfs_members(records, "foo")
 }
 
 /// Three corosync nodes, a fake kernel and a daemon on each.
@@ -69,37 +42,18 @@ fn start_all(tag: &str) -> (Cluster, PathBuf, Vec<FakeKernel>, Vec<Daemon>) {
         .iter()
         .map(|r| FakeKernel::start(r).expect("fake kernel"))
         .collect();
-    let mut daemons = Vec::new();
-    for k in 1..=3 {
-        let mut up = None;
-        for _ in 0..30 {
-            let mut child = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &c.node_ns(k),
-                    env!("CARGO_BIN_EXE_dlm_controld"),
-                ])
-                .args([
-                    "--kernel-root",
-                    &roots[k - 1].display().to_string(),
-                    "--foreground",
-                    "-f",
-                    "0",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start dlm_controld");
-            if kernels[k - 1].wait_daemon(Duration::from_secs(3)) {
-                up = Some(Daemon(child));
-                break;
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        daemons.push(up.unwrap_or_else(|| panic!("daemon {k} did not come up")));
-    }
+    let daemons = (1..=3)
+        .map(|k| {
+            start_daemon_on_corosync(
+                &c.node_ns(k),
+                std::path::Path::new(env!("CARGO_BIN_EXE_dlm_controld")),
+                &roots[k - 1],
+                &kernels[k - 1],
+                &[],
+            )
+            .unwrap_or_else(|| panic!("daemon {k} did not come up"))
+        })
+        .collect();
     (c, base, kernels, daemons)
 }
 

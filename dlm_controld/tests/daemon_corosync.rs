@@ -5,23 +5,14 @@
 #[path = "../../cpg/tests/support/mod.rs"]
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use dlm_tests::{FakeKernel, Record};
+use dlm_tests::{Daemon, FakeKernel, Record};
 use support::Corosync;
 
 const T: Duration = Duration::from_secs(30);
 const C: &str = "sys/kernel/config/dlm/cluster";
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
     records

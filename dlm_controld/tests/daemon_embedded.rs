@@ -3,22 +3,13 @@
 //! §2.2, §2.4, §2.5, §2.8), refusal of a second instance, SIGTERM.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use dlm_tests::{FakeKernel, Netns, Record};
+use dlm_tests::{Daemon, FakeKernel, Netns, Record};
 
 const T: Duration = Duration::from_secs(20);
 const C: &str = "sys/kernel/config/dlm/cluster";
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn start(ns: &Netns, root: &Path) -> Daemon {
     Daemon(

@@ -4,13 +4,13 @@
 //! of its own so its abstract sockets meet nobody else's.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::global_id;
-use dlm_tests::{FakeKernel, Record};
+use dlm_tests::{Daemon, FakeKernel, Record};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -19,15 +19,6 @@ struct Netns(String);
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

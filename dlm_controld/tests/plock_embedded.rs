@@ -4,24 +4,15 @@
 //! of non-blocking requests in request order.
 
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::global_id;
-use dlm_tests::{FakeKernel, Netns, Record};
+use dlm_tests::{Daemon, FakeKernel, Netns};
 
 const T: Duration = Duration::from_secs(20);
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn req(
     op: PlockOp,
@@ -54,13 +45,14 @@ fn reply(k: &FakeKernel) -> PlockInfo {
     PlockInfo::decode(&raw).expect("a plock record")
 }
 
-#[test]
-fn plocks_through_the_device() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-plock-{}", std::process::id()));
+/// A daemon (embedded group, `extra` options) on a fake kernel under a fresh directory, in
+/// a network namespace of its own, with lockspace `foo` joined; and foo's fsid.
+fn start(tag: &str, extra: &[&str]) -> (PathBuf, FakeKernel, Netns, Daemon, u32) {
+    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
-    let ns = Netns::new("plk").expect("netns");
-    let _d = Daemon(
+    let ns = Netns::new(tag).expect("netns");
+    let d = Daemon(
         ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
             .args([
                 "--kernel-root",
@@ -69,6 +61,7 @@ fn plocks_through_the_device() {
                 "embedded",
                 "--foreground",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -76,12 +69,14 @@ fn plocks_through_the_device() {
     );
     assert!(k.wait_daemon(T));
     assert!(k.announce("foo").expect("announce"));
-    assert!(
-        k.wait_records(T, |r| r.iter().any(
-            |x| matches!(x, Record::Write(p, _) if p.ends_with("foo/event_done"))
-        ))
-    );
+    assert!(k.wait_joined("foo", T));
     let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
+    (dir, k, ns, d, fsid)
+}
+
+#[test]
+fn plocks_through_the_device() {
+    let (dir, k, _ns, _d, fsid) = start("plock", &[]);
 
     // owner 1 write-locks 0-9: granted, echoed with our nodeid
     let a = req(PlockOp::LOCK, 1, true, false, 0, 9, fsid);
@@ -194,34 +189,7 @@ fn plocks_through_the_device() {
 /// answered in the first second and the rest only after it; none is lost.
 #[test]
 fn rate_limit_paces_the_reads() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-plrate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let k = FakeKernel::start(&dir).expect("fake kernel");
-    let ns = Netns::new("plrate").expect("netns");
-    let _d = Daemon(
-        ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
-            .args([
-                "--kernel-root",
-                &dir.display().to_string(),
-                "--cluster",
-                "embedded",
-                "--foreground",
-                "-l",
-                "5",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlm_controld"),
-    );
-    assert!(k.wait_daemon(T));
-    assert!(k.announce("foo").expect("announce"));
-    assert!(
-        k.wait_records(T, |r| r.iter().any(
-            |x| matches!(x, Record::Write(p, _) if p.ends_with("foo/event_done"))
-        ))
-    );
-    let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
+    let (dir, k, _ns, _d, fsid) = start("plrate", &["-l", "5"]);
     let sent = std::time::Instant::now();
     for i in 0..12u64 {
         let r = PlockInfo {

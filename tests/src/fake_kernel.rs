@@ -42,6 +42,30 @@ pub enum Record {
     Write(String, Vec<u8>),
 }
 
+/// The configfs members of lockspace `ls` after these records (mkdirs less rmdirs of
+/// `.../spaces/<ls>/nodes/<id>`), sorted.
+pub fn configfs_members(records: &[Record], ls: &str) -> Vec<u32> {
+    let prefix = format!("sys/kernel/config/dlm/cluster/spaces/{ls}/nodes/");
+    let mut m: Vec<u32> = Vec::new();
+    for r in records {
+        match r {
+            Record::Mkdir(p) => {
+                if let Some(n) = p.strip_prefix(&prefix).and_then(|n| n.parse().ok()) {
+                    m.push(n);
+                }
+            }
+            Record::Rmdir(p) => {
+                if let Some(n) = p.strip_prefix(&prefix).and_then(|n| n.parse::<u32>().ok()) {
+                    m.retain(|x| *x != n);
+                }
+            }
+            Record::Write(..) => {}
+        }
+    }
+    m.sort_unstable();
+    m
+}
+
 #[derive(Debug, Default)]
 struct Shared {
     records: Mutex<Vec<Record>>,
@@ -144,6 +168,42 @@ impl FakeKernel {
             .lock()
             .map(|v| v.clone())
             .unwrap_or_default()
+    }
+
+    /// Sends `requests` in windows of `window` and waits for one reply per request
+    /// (`limit` for each); whether every request was answered.
+    pub fn send_answered(
+        &self,
+        requests: impl IntoIterator<Item = PlockInfo>,
+        window: usize,
+        limit: Duration,
+    ) -> bool {
+        let mut it = requests.into_iter().peekable();
+        while it.peek().is_some() {
+            let mut sent = 0;
+            for r in it.by_ref().take(window.max(1)) {
+                if self.send_plock(&r).is_err() {
+                    return false;
+                }
+                sent += 1;
+            }
+            for _ in 0..sent {
+                if self.recv_plock_raw(limit).is_none() {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Waits until the daemon has completed the join of lockspace `ls` (its `event_done`
+    /// write).
+    pub fn wait_joined(&self, ls: &str, limit: Duration) -> bool {
+        let path = format!("sys/kernel/dlm/{ls}/event_done");
+        self.wait_records(limit, |r| {
+            r.iter()
+                .any(|x| matches!(x, Record::Write(p, _) if *p == path))
+        })
     }
 
     /// Waits until `pred` holds for the records (or `limit` passes); whether it held.

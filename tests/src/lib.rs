@@ -3,7 +3,66 @@
 
 pub mod fake_kernel;
 
-pub use fake_kernel::{FakeKernel, Record};
+pub use fake_kernel::{FakeKernel, Record, configfs_members};
+
+/// A process this test started, killed and reaped when dropped.
+#[derive(Debug)]
+pub struct Daemon(pub std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `dlm_controld` (path `bin`) in network namespace `ns` on the fake kernel `k` under
+/// `root`, with corosync, `--foreground -f 0` (no fencing in this build) and `extra`
+/// options. corosync may still be forming its ring, so it retries for up to 30 tries of
+/// 3 s, as a service manager would.
+pub fn start_daemon_on_corosync(
+    ns: &str,
+    bin: &std::path::Path,
+    root: &std::path::Path,
+    k: &FakeKernel,
+    extra: &[&str],
+) -> Option<Daemon> {
+    for _ in 0..30 {
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(bin)
+            .args([
+                "--kernel-root",
+                &root.display().to_string(),
+                "--foreground",
+                "-f",
+                "0",
+            ])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let d = Daemon(child);
+        if k.wait_daemon(std::time::Duration::from_secs(3)) {
+            return Some(d);
+        }
+    }
+    None
+}
+
+/// Moves the calling thread into network namespace `name` (`/run/netns/<name>`), where
+/// that namespace's daemon listens on its abstract sockets.
+pub fn enter_netns(name: &str) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(format!("/run/netns/{name}"))?;
+    // SAFETY: setns on a valid namespace fd; it changes only the calling thread's network
+    // namespace.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// A network namespace made for one test and deleted when dropped, so that daemons of
 /// parallel tests do not meet on the abstract sockets `\0dlmc_query_sock` and `\0dlmc_sock`.

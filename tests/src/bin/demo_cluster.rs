@@ -19,11 +19,11 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-use dlm_tests::{FakeKernel, Record};
+use dlm_tests::{FakeKernel, Record, configfs_members, start_daemon_on_corosync};
 
 const T: Duration = Duration::from_secs(30);
 const LS: &str = "demo";
@@ -33,15 +33,6 @@ fn fsid() -> u32 {
         &dlm_proto::LockspaceName::new(LS.as_bytes())
             .unwrap_or_else(|_| unreachable!("a valid name")),
     )
-}
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 struct Demo {
@@ -62,34 +53,6 @@ fn bin_dir() -> PathBuf {
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_default()
-}
-
-fn members(records: &[Record]) -> Vec<u32> {
-    let prefix = format!("sys/kernel/config/dlm/cluster/spaces/{LS}/nodes/");
-    let mut m: Vec<u32> = Vec::new();
-    for r in records {
-        match r {
-            Record::Mkdir(p) => {
-                if let Some(n) = p.strip_prefix(&prefix).and_then(|n| n.parse().ok()) {
-                    m.push(n);
-                }
-            }
-            Record::Rmdir(p) => {
-                if let Some(n) = p.strip_prefix(&prefix).and_then(|n| n.parse::<u32>().ok()) {
-                    m.retain(|x| *x != n);
-                }
-            }
-            Record::Write(..) => {}
-        }
-    }
-    m.sort_unstable();
-    m
-}
-
-fn joined(records: &[Record]) -> bool {
-    records.iter().any(
-        |r| matches!(r, Record::Write(p, _) if p == &format!("sys/kernel/dlm/{LS}/event_done")),
-    )
 }
 
 fn tool(ns: &str, args: &[&str]) -> String {
@@ -141,32 +104,6 @@ fn reply(k: &FakeKernel, limit: Duration) -> Option<PlockInfo> {
         .and_then(|b| PlockInfo::decode(&b).ok())
 }
 
-fn start_daemon(ns: &str, root: &Path, k: &FakeKernel) -> Option<Daemon> {
-    // corosync may still be forming its ring: retry as the tests do
-    for _ in 0..30 {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(bin_dir().join("dlm_controld"))
-            .args([
-                "--kernel-root",
-                &root.display().to_string(),
-                "--foreground",
-                "-f",
-                "0",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        if k.wait_daemon(Duration::from_secs(3)) {
-            return Some(Daemon(child));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    None
-}
-
 fn main() -> ExitCode {
     let mut d = Demo {
         failures: Vec::new(),
@@ -184,7 +121,13 @@ fn main() -> ExitCode {
             eprintln!("cannot start the fake kernel under {}", root.display());
             return ExitCode::FAILURE;
         };
-        let Some(daemon) = start_daemon(&c.node_ns(k), &root, &fk) else {
+        let Some(daemon) = start_daemon_on_corosync(
+            &c.node_ns(k),
+            &bin_dir().join("dlm_controld"),
+            &root,
+            &fk,
+            &[],
+        ) else {
             eprintln!("dlm_controld on node {k} did not come up");
             return ExitCode::FAILURE;
         };
@@ -198,14 +141,14 @@ fn main() -> ExitCode {
 
     println!("== 3. the kernel on every node joins lockspace '{LS}'");
     for (i, k) in kernels.iter().enumerate() {
-        let ok = k.announce(LS).unwrap_or(false) && k.wait_records(T, joined);
+        let ok = k.announce(LS).unwrap_or(false) && k.wait_joined(LS, T);
         d.check(
             ok,
             &format!("node {}: join completed (event_done written)", i + 1),
         );
     }
     for (i, k) in kernels.iter().enumerate() {
-        let ok = k.wait_records(T, |r| members(r) == vec![1, 2, 3]);
+        let ok = k.wait_records(T, |r| configfs_members(r, LS) == vec![1, 2, 3]);
         d.check(ok, &format!("node {}: configfs members 1 2 3", i + 1));
     }
     show("dlm_tool ls on node 1", &tool(&c.node_ns(1), &["ls"]));
@@ -262,7 +205,7 @@ fn main() -> ExitCode {
     drop(daemons.pop());
     c.signal(3, libc::SIGKILL);
     for (i, k) in kernels[..2].iter().enumerate() {
-        let ok = k.wait_records(T, |r| members(r) == vec![1, 2]);
+        let ok = k.wait_records(T, |r| configfs_members(r, LS) == vec![1, 2]);
         d.check(
             ok,
             &format!("node {}: lockspace restarted with members 1 2", i + 1),

@@ -5,25 +5,15 @@
 //! itself. Results: docs/BENCHMARKS.md.
 
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::process::{Child, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::query::{Command, DlmcHeader, FLAG_UNCAPPED_DUMP, QUERY_SOCK_NAME};
-use dlm_tests::{FakeKernel, Netns, Record};
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use dlm_tests::{Daemon, FakeKernel, Netns, enter_netns};
 
 fn main() -> ExitCode {
     let n: u64 = std::env::args()
@@ -33,11 +23,7 @@ fn main() -> ExitCode {
     let Ok(ns) = Netns::new("dload") else {
         return ExitCode::FAILURE;
     };
-    let Ok(f) = std::fs::File::open(format!("/run/netns/{}", ns.0)) else {
-        return ExitCode::FAILURE;
-    };
-    // SAFETY: setns on a valid namespace fd; it changes only this thread's network namespace.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+    if enter_netns(&ns.0).is_err() {
         return ExitCode::FAILURE;
     }
     let root = std::env::temp_dir().join(format!("dlm-dload-{}", std::process::id()));
@@ -65,13 +51,9 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     let _d = Daemon(child);
-    let joined = |r: &[Record]| {
-        r.iter()
-            .any(|x| matches!(x, Record::Write(p, _) if p.ends_with("big/event_done")))
-    };
     if !k.wait_daemon(Duration::from_secs(10))
         || !k.announce("big").unwrap_or(false)
-        || !k.wait_records(Duration::from_secs(10), joined)
+        || !k.wait_joined("big", Duration::from_secs(10))
     {
         eprintln!("daemon or join failed");
         return ExitCode::FAILURE;
@@ -81,33 +63,23 @@ fn main() -> ExitCode {
     };
     let fsid = dlm_proto::wire::global_id(&name);
     let t = Instant::now();
-    let ids: Vec<u64> = (0..n).collect();
-    for chunk in ids.chunks(256) {
-        for &i in chunk {
-            let r = PlockInfo {
-                version: PLOCK_VERSION,
-                op: PlockOp::LOCK,
-                ex: i % 2 == 0,
-                wait: false,
-                flags: PlockFlags(0),
-                pid: 7,
-                nodeid: 0,
-                rv: 0,
-                fsid,
-                number: i / 10,
-                start: (i % 10) * 100,
-                end: (i % 10) * 100 + 49,
-                owner: 7,
-            };
-            if k.send_plock(&r).is_err() {
-                return ExitCode::FAILURE;
-            }
-        }
-        for _ in chunk {
-            if k.recv_plock_raw(Duration::from_secs(30)).is_none() {
-                return ExitCode::FAILURE;
-            }
-        }
+    let lock = |i: u64| PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex: i % 2 == 0,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 7,
+        nodeid: 0,
+        rv: 0,
+        fsid,
+        number: i / 10,
+        start: (i % 10) * 100,
+        end: (i % 10) * 100 + 49,
+        owner: 7,
+    };
+    if !k.send_answered((0..n).map(lock), 256, Duration::from_secs(30)) {
+        return ExitCode::FAILURE;
     }
     println!(
         "{n} locks on {} inodes taken in {:.1} s",

@@ -6,10 +6,9 @@
 //! storm's rate. Needs root; finds `dlm_controld` next to itself. Results: docs/BENCHMARKS.md.
 
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::process::{Child, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -17,16 +16,7 @@ use std::time::{Duration, Instant};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::query::{Command, DlmcHeader, HEADER_SIZE, NodesKind, QUERY_SOCK_NAME};
-use dlm_tests::{FakeKernel, Netns, Record};
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use dlm_tests::{Daemon, FakeKernel, Netns, enter_netns};
 
 /// One query, reply read to the end; its duration.
 fn query(h: &DlmcHeader) -> Option<Duration> {
@@ -68,14 +58,6 @@ fn percentiles(label: &str, mut v: Vec<Duration>) {
     );
 }
 
-fn enter(ns: &Netns) -> bool {
-    let Ok(f) = std::fs::File::open(format!("/run/netns/{}", ns.0)) else {
-        return false;
-    };
-    // SAFETY: setns on a valid namespace fd; it changes only this thread's network namespace.
-    unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) == 0 }
-}
-
 fn main() -> ExitCode {
     let secs: u64 = std::env::args()
         .nth(1)
@@ -85,7 +67,7 @@ fn main() -> ExitCode {
         eprintln!("cannot create a network namespace (root?)");
         return ExitCode::FAILURE;
     };
-    if !enter(&ns) {
+    if enter_netns(&ns.0).is_err() {
         eprintln!("cannot enter {}", ns.0);
         return ExitCode::FAILURE;
     }
@@ -120,11 +102,7 @@ fn main() -> ExitCode {
         eprintln!("daemon did not come up");
         return ExitCode::FAILURE;
     }
-    let joined = |r: &[Record]| {
-        r.iter()
-            .any(|x| matches!(x, Record::Write(p, _) if p.ends_with("bench/event_done")))
-    };
-    if !k.wait_records(Duration::from_secs(10), joined) {
+    if !k.wait_joined("bench", Duration::from_secs(10)) {
         eprintln!("join did not complete");
         return ExitCode::FAILURE;
     }

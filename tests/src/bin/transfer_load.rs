@@ -14,11 +14,9 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::path::Path;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -26,47 +24,7 @@ use std::time::{Duration, Instant};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::query::{Command as Cmd, DlmcHeader, QUERY_SOCK_NAME};
-use dlm_tests::{FakeKernel, Record};
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_daemon(ns: &str, root: &Path, k: &FakeKernel) -> Option<Daemon> {
-    let bin = std::env::current_exe().ok()?.parent()?.join("dlm_controld");
-    for _ in 0..30 {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(&bin)
-            .args([
-                "--kernel-root",
-                &root.display().to_string(),
-                "--foreground",
-                "-f",
-                "0",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        if k.wait_daemon(Duration::from_secs(3)) {
-            return Some(Daemon(child));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    None
-}
-
-fn joined(r: &[Record]) -> bool {
-    r.iter()
-        .any(|x| matches!(x, Record::Write(p, _) if p.ends_with("big/event_done")))
-}
+use dlm_tests::{FakeKernel, enter_netns, start_daemon_on_corosync};
 
 fn query(cmd: Cmd) -> Option<Duration> {
     let t = Instant::now();
@@ -95,7 +53,11 @@ fn main() -> ExitCode {
         let Ok(fk) = FakeKernel::start(&root) else {
             return ExitCode::FAILURE;
         };
-        let Some(d) = start_daemon(&c.node_ns(k), &root, &fk) else {
+        let bin = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("dlm_controld")))
+            .unwrap_or_default();
+        let Some(d) = start_daemon_on_corosync(&c.node_ns(k), &bin, &root, &fk, &[]) else {
             eprintln!("daemon {k} did not come up");
             return ExitCode::FAILURE;
         };
@@ -103,7 +65,7 @@ fn main() -> ExitCode {
         daemons.push(d);
     }
     let (k1, k2) = (&kernels[0], &kernels[1]);
-    if !(k1.announce("big").unwrap_or(false) && k1.wait_records(Duration::from_secs(30), joined)) {
+    if !(k1.announce("big").unwrap_or(false) && k1.wait_joined("big", Duration::from_secs(30))) {
         eprintln!("node 1 did not join");
         return ExitCode::FAILURE;
     }
@@ -112,34 +74,24 @@ fn main() -> ExitCode {
     };
     let fsid = dlm_proto::wire::global_id(&name);
     let t = Instant::now();
-    let ids: Vec<u64> = (0..n).collect();
-    for chunk in ids.chunks(256) {
-        for &i in chunk {
-            let r = PlockInfo {
-                version: PLOCK_VERSION,
-                op: PlockOp::LOCK,
-                ex: true,
-                wait: false,
-                flags: PlockFlags(0),
-                pid: 7,
-                nodeid: 0,
-                rv: 0,
-                fsid,
-                number: i,
-                start: 0,
-                end: 99,
-                owner: 7,
-            };
-            if k1.send_plock(&r).is_err() {
-                return ExitCode::FAILURE;
-            }
-        }
-        for _ in chunk {
-            if k1.recv_plock_raw(Duration::from_secs(30)).is_none() {
-                eprintln!("a lock was not answered");
-                return ExitCode::FAILURE;
-            }
-        }
+    let lock = |i: u64| PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 7,
+        nodeid: 0,
+        rv: 0,
+        fsid,
+        number: i,
+        start: 0,
+        end: 99,
+        owner: 7,
+    };
+    if !k1.send_answered((0..n).map(lock), 256, Duration::from_secs(30)) {
+        eprintln!("a lock was not answered");
+        return ExitCode::FAILURE;
     }
     println!(
         "node 1 holds {n} locks ({:.1} s to take them over corosync)",
@@ -148,17 +100,13 @@ fn main() -> ExitCode {
 
     // node 2 joins; meanwhile node 1's query socket is asked over and over
     let stop = Arc::new(AtomicBool::new(false));
-    let ns1 = format!("/run/netns/{}", c.node_ns(1));
+    let ns1 = c.node_ns(1);
     let prober = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut lat = Vec::new();
             let mut other = Vec::new();
-            let Ok(f) = std::fs::File::open(&ns1) else {
-                return (lat, other);
-            };
-            // SAFETY: setns on a valid namespace fd; it changes only this thread.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            if enter_netns(&ns1).is_err() {
                 return (lat, other);
             }
             while !stop.load(Ordering::Relaxed) {
@@ -174,8 +122,7 @@ fn main() -> ExitCode {
         })
     };
     let t = Instant::now();
-    let ok =
-        k2.announce("big").unwrap_or(false) && k2.wait_records(Duration::from_secs(300), joined);
+    let ok = k2.announce("big").unwrap_or(false) && k2.wait_joined("big", Duration::from_secs(300));
     let started = t.elapsed();
     if !ok {
         stop.store(true, Ordering::Relaxed);
