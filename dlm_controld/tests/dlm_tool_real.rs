@@ -181,13 +181,9 @@ fn control_socket(ns: &str, dir: &Path, k: &FakeKernel) {
 /// Runs `f` on a thread inside network namespace `ns` (where the daemon's abstract
 /// sockets are).
 fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    use std::os::fd::AsRawFd;
-    let path = format!("/run/netns/{ns}");
+    let ns = ns.to_owned();
     std::thread::spawn(move || {
-        let f_ns = std::fs::File::open(&path).expect("netns");
-        // SAFETY: setns on a valid namespace fd; it affects only this thread.
-        let rc = unsafe { libc::setns(f_ns.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0);
+        dlm_tests::enter_netns(&ns).expect("enter the daemon's namespace");
         f()
     })
     .join()

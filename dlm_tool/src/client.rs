@@ -32,10 +32,14 @@ pub(crate) enum ClientError {
 
 const E2BIG: i32 = 7;
 
+/// Connects to one of the daemon's abstract sockets.
+fn connect(name: &[u8]) -> io::Result<UnixStream> {
+    UnixStream::connect_addr(&SocketAddr::from_abstract_name(name)?)
+}
+
 /// Sends `request` and reads the whole reply: header and the `len - 96` bytes after it.
 fn exchange(request: &DlmcHeader) -> Result<(DlmcHeader, Vec<u8>), ClientError> {
-    let addr = SocketAddr::from_abstract_name(QUERY_SOCK_NAME)?;
-    let mut s = UnixStream::connect_addr(&addr)?;
+    let mut s = connect(QUERY_SOCK_NAME)?;
     s.write_all(&request.encode())?;
     let mut hb = [0u8; HEADER_SIZE];
     s.read_exact(&mut hb).map_err(|e| match e.kind() {
@@ -86,8 +90,7 @@ fn dump_header(h: DlmcHeader) -> Result<(Vec<u8>, i32), ClientError> {
 /// The DUMP_STATUS stream: records until the daemon closes (no reply header). A record
 /// that does not decode ends the list, as the C client's loop ends.
 pub(crate) fn status_records() -> Result<Vec<StateRecord>, ClientError> {
-    let addr = SocketAddr::from_abstract_name(QUERY_SOCK_NAME)?;
-    let mut s = UnixStream::connect_addr(&addr)?;
+    let mut s = connect(QUERY_SOCK_NAME)?;
     s.write_all(&DlmcHeader::new(Command::DUMP_STATUS).encode())?;
     let mut bytes = Vec::new();
     s.read_to_end(&mut bytes)?;
@@ -108,8 +111,7 @@ pub(crate) fn status_records() -> Result<Vec<StateRecord>, ClientError> {
 /// Writes one request to the main socket (`\0dlmc_sock`) and closes: RELOAD_CONFIG and
 /// SET_CONFIG have no reply.
 pub(crate) fn send_main(request: &Request) -> Result<(), ClientError> {
-    let addr = SocketAddr::from_abstract_name(MAIN_SOCK_NAME)?;
-    let mut s = UnixStream::connect_addr(&addr)?;
+    let mut s = connect(MAIN_SOCK_NAME)?;
     s.write_all(&request.encode())?;
     Ok(())
 }
