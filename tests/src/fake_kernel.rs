@@ -8,9 +8,10 @@
 //! daemon makes under configfs and sysfs, with the exact bytes, through inotify (the daemon
 //! appends on a fake root, so consecutive writes to one file stay distinct).
 //!
-//! Limitation: a file created and written in a directory before inotify watches that
-//! directory is read when the watch is added, so its record may come slightly out of order
-//! with records of other directories.
+//! A file created and written in a directory before inotify watches that directory is
+//! read when the watch is added, in name order; so `announce` waits until the lockspace's
+//! sysfs directory is watched before it sends the uevent, and the daemon's sysfs writes are
+//! recorded in the order they were made.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -73,6 +74,8 @@ struct Shared {
     conns: Mutex<BTreeMap<&'static str, OwnedFd>>,
     monitor_open: AtomicBool,
     stop: AtomicBool,
+    /// Directories the watcher watches (so `announce` can wait before the uevent).
+    watched: Mutex<std::collections::BTreeSet<PathBuf>>,
 }
 
 impl Shared {
@@ -276,6 +279,15 @@ impl FakeKernel {
         for attr in ["control", "event_done", "id", "nodir"] {
             fs::write(dir.join(attr), b"")?;
         }
+        // the watcher must see the directory before the daemon can write into it, or its
+        // catch-up would record the daemon's writes in name order, not in write order
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.shared.watched.lock().is_ok_and(|w| w.contains(&dir)) {
+            if Instant::now() > deadline {
+                return Err(io::Error::other(format!("{} never watched", dir.display())));
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
         let ev = Uevent {
             action: UeventAction::Online,
             lockspace: LockspaceName::new(name.as_bytes())
@@ -413,6 +425,9 @@ impl Watcher {
             return;
         };
         self.dirs.insert(wd, dir.to_path_buf());
+        if let Ok(mut w) = self.sh.watched.lock() {
+            w.insert(dir.to_path_buf());
+        }
         if announce {
             self.sh.push(Record::Mkdir(rel(&self.root, dir)));
         }
@@ -473,6 +488,9 @@ fn watch_loop(mut w: Watcher) {
                     sh.push(Record::Rmdir(rel(&root, &p)));
                 }
                 w.dirs.retain(|_, d| !d.starts_with(&p));
+                if let Ok(mut set) = sh.watched.lock() {
+                    set.retain(|d| !d.starts_with(&p));
+                }
             } else if ev.mask.contains(AddWatchFlags::IN_DELETE) {
                 w.offsets.remove(&p);
             } else if ev.mask.contains(AddWatchFlags::IN_CLOSE_WRITE) {
