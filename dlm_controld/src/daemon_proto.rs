@@ -139,6 +139,18 @@ impl DaemonProtocol {
         Some(Ok((dr, kr)))
     }
 
+    /// The current members, as the last configuration change listed them.
+    pub fn members(&self) -> &[u32] {
+        &self.members
+    }
+
+    /// We asked corosync to kill this stateful-merge member (`kick_stateful_merge_members`).
+    pub fn mark_killed(&mut self, nodeid: u32) {
+        if let Some(n) = self.nodes.get_mut(&nodeid) {
+            n.killed = true;
+        }
+    }
+
     /// `set_protocol_stateful`: a lockspace has started; never cleared.
     pub fn set_stateful(&mut self) {
         self.ours.daemon_run.flags |= ProtocolVersion::STATEFUL;

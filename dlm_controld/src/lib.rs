@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod daemon_proto;
+pub mod fencing;
 pub mod kernel;
 pub mod log;
 pub mod lscore;

@@ -63,7 +63,8 @@ pub struct FenceMethod {
     pub agent: String,
     /// `key=val` arguments of the device line.
     pub device_args: Vec<String>,
-    /// `key=val` arguments of the node's connect line (beyond `node=`).
+    /// `key=val` arguments of the node's connect line, `node=` included, in line order
+    /// (they reach the agent's stdin as written).
     pub connect_args: Vec<String>,
     /// Also unfence with it at startup.
     pub unfence: bool,
@@ -279,11 +280,7 @@ pub fn parse_conf(text: &str) -> Result<ConfFile, ConfError> {
                     device: dev.clone(),
                     agent,
                     device_args: args,
-                    connect_args: words[2..]
-                        .iter()
-                        .filter(|w| kv(w, "node").is_none())
-                        .map(|s| (*s).to_owned())
-                        .collect(),
+                    connect_args: words[2..].iter().map(|s| (*s).to_owned()).collect(),
                     unfence: false,
                 });
             }
@@ -365,7 +362,7 @@ connect bar node=1 port=5
             (n1[0].device.as_str(), n1[0].agent.as_str()),
             ("foo", "fence_foo")
         );
-        assert_eq!(n1[0].connect_args, vec!["port=1"]);
+        assert_eq!(n1[0].connect_args, vec!["node=1", "port=1"]);
         assert!(n1[0].unfence && !n1[1].unfence);
         assert_eq!(c.fence_methods(2).len(), 1);
         assert!(c.fence_methods(9).is_empty());

@@ -1,0 +1,1100 @@
+//! Fencing of failed daemon nodes (daemon_cpg.c `daemon_fence_work`, `receive_fence_result`,
+//! `receive_fence_clear`, the fence part of `confchg_cb_daemon`; fence_config.c), sans I/O.
+//!
+//! A daemon member that had joined cleanly and left by NODEDOWN or PROCDOWN needs fencing.
+//! The lowest surviving member that saw it fail (its *actor*) runs the node's fence
+//! devices one after another; the outcome goes to every daemon as FENCE_RESULT, and every
+//! lockspace that lost the node waits until the node's fence time is after its failure.
+//! At startup, configured nodes that never join the daemon group within `post_join_delay`
+//! are fenced too (startup fencing), and a new daemon starts no lockspace until the older
+//! members tell it (FENCE_CLEAR) that no fencing is pending ("fence in progress unknown").
+//!
+//! Time comes in as arguments; agents, messages, kills and log lines go out as [`Out`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dlm_proto::wire::FenceFlags;
+
+use crate::config::{ConfFile, FenceMethod};
+use crate::daemon_proto::DaemonProtocol;
+
+/// CPG reasons, and C's `REASON_STARTUP_FENCING`.
+pub mod reason {
+    /// Startup fencing (not a CPG reason).
+    pub const STARTUP: i32 = -1;
+    /// `CPG_REASON_LEAVE`.
+    pub const LEAVE: i32 = 2;
+    /// `CPG_REASON_NODEDOWN`.
+    pub const NODEDOWN: i32 = 3;
+    /// `CPG_REASON_PROCDOWN`.
+    pub const PROCDOWN: i32 = 5;
+}
+
+/// `reason_str`.
+pub fn reason_str(r: i32) -> &'static str {
+    match r {
+        reason::STARTUP => "startup",
+        1 => "join",
+        reason::LEAVE => "leave",
+        reason::NODEDOWN => "nodedown",
+        4 => "nodeup",
+        reason::PROCDOWN => "procdown",
+        _ => "unknown",
+    }
+}
+
+/// `-ECANCELED`: what `dlm_tool fence_ack` multicasts.
+pub const ECANCELED: i32 = -125;
+/// `-ENODATA`: a starting node's "I have fence-in-progress-unknown" announcement.
+pub const ENODATA: i32 = -61;
+/// Largest agent stdin (`FENCE_CONFIG_ARGS_MAX` - 1).
+pub const ARGS_MAX: usize = 4095;
+
+/// The fencing options (read when the daemon starts, as C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceOpts {
+    /// `enable_fencing`.
+    pub enabled: bool,
+    /// `enable_startup_fencing`.
+    pub startup: bool,
+    /// `enable_quorum_fencing`.
+    pub quorum: bool,
+    /// `enable_concurrent_fencing`.
+    pub concurrent: bool,
+    /// `repeat_failed_fencing`.
+    pub repeat_failed: bool,
+    /// `post_join_delay`, seconds.
+    pub post_join_delay: u64,
+    /// corosync `two_node` with two configured nodes.
+    pub two_node: bool,
+}
+
+impl Default for FenceOpts {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            startup: true,
+            quorum: true,
+            concurrent: false,
+            repeat_failed: true,
+            post_join_delay: 30,
+            two_node: false,
+        }
+    }
+}
+
+/// What the daemon must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Out {
+    /// Start `agent` (PATH lookup, no arguments) with `stdin`, stdout and stderr to
+    /// /dev/null; report [`Fencing::agent_started`] at once and [`Fencing::agent_exited`]
+    /// when it ends.
+    RunAgent {
+        /// The node to fence.
+        nodeid: u32,
+        /// Program.
+        agent: String,
+        /// Its whole stdin.
+        stdin: String,
+        /// Device name (for the log line).
+        device: String,
+    },
+    /// Kill the agent running for this node (SIGKILL) and reap it; no result is sent.
+    CancelAgent(u32),
+    /// Multicast FENCE_RESULT.
+    SendResult {
+        /// Subject.
+        nodeid: u32,
+        /// 0, agent status, -1, or -errno.
+        result: i32,
+        /// Wall-clock seconds.
+        walltime: u64,
+    },
+    /// Multicast FENCE_CLEAR.
+    SendClear {
+        /// Subject.
+        nodeid: u32,
+        /// 0 or -ENODATA.
+        result: i32,
+        /// `FR_*`.
+        flags: u32,
+    },
+    /// Ask corosync to remove the node from the cluster.
+    Kick(u32),
+    /// Ask corosync to remove a stateful-merge member, and mark it killed
+    /// ([`DaemonProtocol::mark_killed`]) so it is asked once.
+    KickMerged(u32),
+    /// A log line: (error level, text).
+    Log(bool, String),
+}
+
+/// The fence state of one daemon node (`struct node_daemon`, fence part).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FenceNode {
+    /// Must be fenced before lockspaces that lost it start again.
+    pub need_fencing: bool,
+    /// Waiting for `post_join_delay` or another agent.
+    pub delay_fencing: bool,
+    /// Why it left (a CPG reason, or [`reason::STARTUP`]); 0 unknown.
+    pub left_reason: i32,
+    /// When it failed: monotonic and wall seconds.
+    pub fail_monotime: u64,
+    /// Wall-clock seconds of the failure.
+    pub fail_walltime: u64,
+    /// When we learned it was fenced: our monotonic seconds (0: never).
+    pub fence_monotime: u64,
+    /// Wall-clock seconds from the FENCE_RESULT.
+    pub fence_walltime: u64,
+    /// Last actor chosen.
+    pub actor_last: u32,
+    /// Who fenced it.
+    pub actor_done: u32,
+    /// Members present when it failed that may still fence it.
+    pub actors: BTreeSet<u32>,
+    actors_orig: BTreeSet<u32>,
+    /// Process id of our agent for it.
+    pub fence_pid: u32,
+    /// Our agent for it is running (or about to start).
+    pub pid_wait: bool,
+    /// We sent a result and wait to receive it.
+    pub result_wait: bool,
+    /// Its fence devices and the one in use.
+    methods: Vec<FenceMethod>,
+    pos: usize,
+    /// `FR_CLEAR_STARTUP | FR_CLEAR_FIPU` still owed to this (new) member.
+    pub need_fence_clear: u32,
+    /// It announced fence-in-progress-unknown (startup without startup fencing).
+    pub fipu: bool,
+}
+
+/// Fencing as a node sees it; also the lockspaces' view of it.
+#[derive(Debug, Clone)]
+pub struct Fencing {
+    our: u32,
+    opts: FenceOpts,
+    conf: ConfFile,
+    /// Daemon nodes in the order first seen (C's list order, shown by `dlm_tool status`).
+    order: Vec<u32>,
+    nodes: BTreeMap<u32, FenceNode>,
+    /// Configured nodes not yet seen in the daemon group (startup fencing).
+    startup: Vec<u32>,
+    members: Vec<u32>,
+    fipu: bool,
+    wait_clear_fipu: bool,
+    last_join_seq: u64,
+    send_fipu_seq: u64,
+    fence_delay_begin: u64,
+    stateful_merge_wait: bool,
+    ringid_wait: bool,
+    daemon_ring_seq: u64,
+    /// The node whose agent runs (`daemon_fence_pid` names its pid).
+    running: Option<u32>,
+    allowed: bool,
+    retry: bool,
+    joined_mono: u64,
+    joined_wall: u64,
+}
+
+/// The world at one call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FenceEnv {
+    /// Monotonic seconds.
+    pub now: u64,
+    /// Wall-clock seconds.
+    pub wall: u64,
+    /// Quorate.
+    pub quorate: bool,
+    /// Ring seq of the last quorum notification.
+    pub cluster_ring_seq: u64,
+}
+
+fn text(args: &[String]) -> String {
+    let mut s = String::new();
+    if !args.is_empty() {
+        s.push_str(&args.join("\n"));
+        s.push('\n');
+    }
+    s
+}
+
+/// The agent's stdin for device `m` (`fence_config_agent_args`): device args, connect
+/// args, `node=` unless given, then `extra`; `None` beyond [`ARGS_MAX`].
+pub fn agent_args(m: &FenceMethod, nodeid: u32, extra: &str) -> Option<String> {
+    let mut s = text(&m.device_args);
+    s.push_str(&text(&m.connect_args));
+    if !s.contains("node=") {
+        s.push_str(&format!("node={nodeid}\n"));
+    }
+    s.push_str(extra);
+    (s.len() <= ARGS_MAX).then_some(s)
+}
+
+/// `same_base_name`: `foo:1` and `foo:2` are parallel devices.
+fn same_base(a: &str, b: &str) -> bool {
+    a.bytes()
+        .zip(b.bytes())
+        .take_while(|(x, y)| x == y)
+        .any(|(x, _)| x == b':')
+}
+
+/// The default device when dlm.conf configures none for a node.
+fn default_method() -> FenceMethod {
+    FenceMethod {
+        device: "fence_all".into(),
+        agent: "dlm_stonith".into(),
+        device_args: Vec::new(),
+        connect_args: Vec::new(),
+        unfence: false,
+    }
+}
+
+impl Fencing {
+    /// Starts with fence-in-progress-unknown set; with startup fencing every configured
+    /// node (`nodelist`, ours included) is a startup node. `joined` is when the cluster
+    /// was first seen (monotonic, wall).
+    pub fn new(
+        our: u32,
+        opts: FenceOpts,
+        conf: ConfFile,
+        nodelist: &[u32],
+        joined: (u64, u64),
+    ) -> Self {
+        let startup = if opts.enabled && opts.startup {
+            nodelist.to_vec()
+        } else {
+            Vec::new()
+        };
+        Self {
+            our,
+            opts,
+            conf,
+            order: Vec::new(),
+            nodes: BTreeMap::new(),
+            startup,
+            members: Vec::new(),
+            fipu: true,
+            wait_clear_fipu: false,
+            last_join_seq: 0,
+            send_fipu_seq: 0,
+            fence_delay_begin: 0,
+            stateful_merge_wait: false,
+            ringid_wait: false,
+            daemon_ring_seq: 0,
+            running: None,
+            allowed: false,
+            retry: false,
+            joined_mono: joined.0,
+            joined_wall: joined.1,
+        }
+    }
+
+    /// The nodes, in the order first seen.
+    pub fn nodes(&self) -> impl Iterator<Item = (u32, &FenceNode)> {
+        self.order
+            .iter()
+            .filter_map(|id| self.nodes.get(id).map(|n| (*id, n)))
+    }
+
+    /// Startup nodes still waited for.
+    pub fn startup_nodes(&self) -> &[u32] {
+        &self.startup
+    }
+
+    /// `fence_in_progress_unknown`.
+    pub fn fipu(&self) -> bool {
+        self.fipu
+    }
+
+    /// `stateful_merge_wait`: a merge needs an operator.
+    pub fn stateful_merge_wait(&self) -> bool {
+        self.stateful_merge_wait
+    }
+
+    /// `daemon_fence_pid`.
+    pub fn fence_pid(&self) -> u32 {
+        self.running
+            .and_then(|n| self.nodes.get(&n))
+            .map_or(0, |n| n.fence_pid)
+    }
+
+    /// The work must run again in a second (`retry_fencing`).
+    pub fn retry(&self) -> bool {
+        self.retry
+    }
+
+    /// Monotonic time the node was last fenced (`fence_node_time`); `None` if unknown.
+    pub fn fence_time(&self, nodeid: u32) -> Option<u64> {
+        self.nodes.get(&nodeid).map(|n| n.fence_monotime)
+    }
+
+    /// `fence_in_progress`: 1 fipu, 2 startup nodes, 3 a node needs fencing, 0 none.
+    pub fn in_progress(&self) -> u8 {
+        if self.fipu {
+            1
+        } else if !self.startup.is_empty() {
+            2
+        } else if self.nodes.values().any(|n| n.need_fencing) {
+            3
+        } else {
+            0
+        }
+    }
+
+    /// The node needs fencing now.
+    pub fn needs_fencing(&self, nodeid: u32) -> bool {
+        self.nodes.get(&nodeid).is_some_and(|n| n.need_fencing)
+    }
+
+    fn add_node(&mut self, nodeid: u32) -> &mut FenceNode {
+        if !self.nodes.contains_key(&nodeid) {
+            self.order.push(nodeid);
+        }
+        let conf = &self.conf;
+        self.nodes.entry(nodeid).or_insert_with(|| {
+            let mut methods = conf.fence_methods(nodeid);
+            if methods.is_empty() {
+                methods.push(default_method());
+            }
+            FenceNode {
+                methods,
+                ..FenceNode::default()
+            }
+        })
+    }
+
+    fn reset_for_fencing(n: &mut FenceNode, why: i32, mono: u64, wall: u64) {
+        n.need_fencing = true;
+        n.delay_fencing = false;
+        n.fence_monotime = 0;
+        n.fence_walltime = 0;
+        n.actor_last = 0;
+        n.actor_done = 0;
+        n.pid_wait = false;
+        n.fence_pid = 0;
+        n.result_wait = false;
+        n.pos = 0;
+        n.left_reason = why;
+        n.fail_monotime = mono;
+        n.fail_walltime = wall;
+    }
+
+    /// `set_fence_actors`: the current members, without those that joined in this change
+    /// unless `all`.
+    fn set_actors(&mut self, nodeid: u32, joined: &[u32], all: bool) -> u32 {
+        let actors: BTreeSet<u32> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|m| all || !joined.contains(m))
+            .collect();
+        let low = actors.first().copied().unwrap_or(0);
+        if let Some(n) = self.nodes.get_mut(&nodeid) {
+            n.actors_orig = actors.clone();
+            n.actors = actors;
+        }
+        low
+    }
+
+    /// The daemon protocol is negotiated: fencing work may begin (`daemon_fence_allow`).
+    pub fn allow(&mut self) {
+        self.allowed = true;
+    }
+
+    /// The quorum service reported new cluster nodes (`quorum_callback`): fencing waits
+    /// `post_join_delay` from now, so a node that just joined corosync may join us first.
+    pub fn cluster_nodes_added(&mut self, now: u64) {
+        self.fence_delay_begin = now;
+    }
+
+    /// `confchg_cb_daemon` (fence part), after [`DaemonProtocol::handle_confchg`];
+    /// `failed` are the nodes it reported failed (they had joined cleanly) with their
+    /// reason. Runs the fence work.
+    #[allow(clippy::too_many_arguments)] // the confchg as corosync gives it, and the world
+    pub fn handle_confchg(
+        &mut self,
+        env: FenceEnv,
+        proto: &DaemonProtocol,
+        members: &[u32],
+        left: &[(u32, u32)],
+        joined: &[u32],
+        failed: &[(u32, u32)],
+    ) -> Vec<Out> {
+        let mut out = Vec::new();
+        let we_joined = joined.contains(&self.our);
+        let before = std::mem::replace(&mut self.members, members.to_vec());
+        for &m in members {
+            self.add_node(m);
+        }
+        if left.iter().any(|&(_, r)| r == 3) {
+            self.ringid_wait = true;
+        }
+        for &m in members {
+            if before.contains(&m) {
+                continue;
+            }
+            self.fence_delay_begin = env.now;
+            self.last_join_seq += 1;
+            let n = self.add_node(m);
+            if !we_joined {
+                n.need_fence_clear = FenceFlags::CLEAR_STARTUP | FenceFlags::CLEAR_FIPU;
+            }
+            if n.need_fencing {
+                out.push(Out::Log(true, format!("daemon joined {m} needs fencing")));
+            } else {
+                out.push(Out::Log(false, format!("daemon joined {m}")));
+            }
+        }
+        for &(nodeid, why) in failed {
+            if !self.opts.enabled {
+                continue;
+            }
+            let n = self.add_node(nodeid);
+            if n.need_fencing {
+                out.push(Out::Log(
+                    true,
+                    format!("daemon remove {nodeid} already needs fencing"),
+                ));
+                continue;
+            }
+            let why = i32::try_from(why).unwrap_or(0);
+            Self::reset_for_fencing(n, why, env.now, env.wall);
+            let low = self.set_actors(nodeid, joined, false);
+            out.push(Out::Log(
+                false,
+                format!(
+                    "daemon remove {nodeid} {} need_fencing 1 low {low}",
+                    reason_str(why)
+                ),
+            ));
+        }
+        out.extend(self.work(env, proto));
+        out
+    }
+
+    /// `totem_cb_daemon`: the daemon group's ring; runs the fence work.
+    pub fn handle_totem(&mut self, env: FenceEnv, proto: &DaemonProtocol, seq: u64) -> Vec<Out> {
+        self.daemon_ring_seq = seq;
+        self.ringid_wait = false;
+        self.work(env, proto)
+    }
+
+    /// The agent for `nodeid` started as `pid`, or could not (`Err(-errno)`).
+    pub fn agent_started(&mut self, env: FenceEnv, nodeid: u32, r: Result<u32, i32>) -> Vec<Out> {
+        let Some(n) = self.nodes.get_mut(&nodeid) else {
+            return Vec::new();
+        };
+        match r {
+            Ok(pid) => {
+                n.fence_pid = pid;
+                Vec::new()
+            }
+            Err(e) => {
+                // fence_request failed: the result goes out at once
+                n.pid_wait = false;
+                n.fence_pid = 0;
+                n.result_wait = true;
+                self.running = None;
+                vec![
+                    Out::Log(true, format!("fence request {nodeid} run error {e}")),
+                    Out::SendResult {
+                        nodeid,
+                        result: e,
+                        walltime: env.wall,
+                    },
+                ]
+            }
+        }
+    }
+
+    /// The agent for `nodeid` ended: exit status, or -1 when killed by a signal
+    /// (`fence_result`, then the "check outstanding fence requests" step).
+    pub fn agent_exited(
+        &mut self,
+        env: FenceEnv,
+        proto: &DaemonProtocol,
+        nodeid: u32,
+        pid: u32,
+        result: i32,
+    ) -> Vec<Out> {
+        let mut out = vec![Out::Log(
+            true,
+            format!("fence result {nodeid} pid {pid} result {result} exit status"),
+        )];
+        let Some(n) = self.nodes.get_mut(&nodeid) else {
+            return out;
+        };
+        if !n.pid_wait || n.fence_pid != pid {
+            return out; // an agent we cancelled
+        }
+        n.pid_wait = false;
+        n.fence_pid = 0;
+        self.running = None;
+        let next = if result == 0 {
+            // the next parallel device (same base name) must succeed too
+            let d = n.pos;
+            match n.methods.get(d + 1) {
+                Some(m) if same_base(&n.methods[d].device, &m.device) => Some(d + 1),
+                _ => None,
+            }
+        } else {
+            // the next device with another base name (C sets pos+1, which may be a
+            // parallel sibling of the one that failed: we skip to the one it found)
+            let d = n.pos;
+            (d + 1..n.methods.len())
+                .find(|&i| !same_base(&n.methods[d].device, &n.methods[i].device))
+        };
+        match next {
+            Some(p) => n.pos = p,
+            None => {
+                n.result_wait = true;
+                out.push(Out::SendResult {
+                    nodeid,
+                    result,
+                    walltime: env.wall,
+                });
+            }
+        }
+        out.extend(self.work(env, proto));
+        out
+    }
+
+    /// `fence_ack_node`: the operator says the node is fenced.
+    pub fn fence_ack(&self, env: FenceEnv, nodeid: u32) -> Out {
+        Out::SendResult {
+            nodeid,
+            result: ECANCELED,
+            walltime: env.wall,
+        }
+    }
+
+    /// `receive_fence_result` from `from`.
+    pub fn receive_result(
+        &mut self,
+        env: FenceEnv,
+        proto: &DaemonProtocol,
+        from: u32,
+        nodeid: u32,
+        result: i32,
+        walltime: u64,
+    ) -> Vec<Out> {
+        let mut out = Vec::new();
+        if !self.allowed {
+            out.push(Out::Log(
+                false,
+                "deliver_cb_daemon ignore non proto msg 14".into(),
+            ));
+            return out;
+        }
+        if let Some(i) = self.startup.iter().position(|&s| s == nodeid) {
+            self.startup.remove(i);
+            out.push(Out::Log(
+                false,
+                format!("receive_fence_result {nodeid} from {from} clear startup"),
+            ));
+            return out;
+        }
+        let our = self.our;
+        let member = proto.nodes().get(&nodeid).is_some_and(|d| d.member);
+        let Some(n) = self.nodes.get_mut(&nodeid) else {
+            out.push(Out::Log(
+                true,
+                format!("receive_fence_result {nodeid} from {from} result {result} no daemon node"),
+            ));
+            return out;
+        };
+        if !n.need_fencing {
+            out.push(Out::Log(
+                true,
+                format!(
+                    "receive_fence_result {nodeid} from {from} result {result} no need_fencing"
+                ),
+            ));
+            return out;
+        }
+        let success = result == 0 || result == ECANCELED;
+        if member && success {
+            out.push(Out::Log(
+                true,
+                format!("receive_fence_result {nodeid} from {from} result {result} node is daemon_member"),
+            ));
+            out.push(Out::Kick(nodeid));
+        }
+        if from == our && result != ECANCELED {
+            n.result_wait = false;
+        }
+        out.push(Out::Log(
+            true,
+            format!(
+                "fence status {nodeid} receive {result} from {from} walltime {walltime} local {}",
+                env.now
+            ),
+        ));
+        if success {
+            n.need_fencing = false;
+            n.delay_fencing = false;
+            n.fence_walltime = walltime;
+            n.fence_monotime = env.now;
+            n.actor_done = from;
+        } else {
+            // the next lowest actor tries
+            n.actors.remove(&from);
+            if n.actors.is_empty() && self.opts.repeat_failed {
+                out.push(Out::Log(
+                    false,
+                    format!("clear_fence_actor {from} restoring original actors to retry"),
+                ));
+                n.actors = n.actors_orig.clone();
+            }
+        }
+        if result == ECANCELED && n.pid_wait {
+            out.push(Out::CancelAgent(nodeid));
+            n.pid_wait = false;
+            n.fence_pid = 0;
+            self.running = None;
+        }
+        out.extend(self.work(env, proto));
+        out
+    }
+
+    /// `receive_fence_clear` from `from`.
+    pub fn receive_clear(
+        &mut self,
+        env: FenceEnv,
+        proto: &DaemonProtocol,
+        from: u32,
+        nodeid: u32,
+        result: i32,
+        flags: u32,
+    ) -> Vec<Out> {
+        let mut out = Vec::new();
+        if !self.allowed {
+            out.push(Out::Log(
+                false,
+                "deliver_cb_daemon ignore non proto msg 15".into(),
+            ));
+            return out;
+        }
+        let fipu = self.fipu;
+        let Some(n) = self.nodes.get_mut(&nodeid) else {
+            out.push(Out::Log(
+                true,
+                format!("receive_fence_clear from {from} no daemon node {nodeid}"),
+            ));
+            return out;
+        };
+        out.push(Out::Log(
+            false,
+            format!("receive_fence_clear from {from} for {nodeid} result {result} flags {flags:x}"),
+        ));
+        if result == ENODATA && flags & FenceFlags::FIPU != 0 {
+            if fipu {
+                n.fipu = true;
+            }
+            out.extend(self.work(env, proto));
+            return out;
+        }
+        if result == 0 {
+            n.need_fence_clear &= !(flags & (FenceFlags::CLEAR_STARTUP | FenceFlags::CLEAR_FIPU));
+        }
+        if result == 0 && nodeid == self.our {
+            if flags & FenceFlags::CLEAR_STARTUP != 0 && !self.startup.is_empty() {
+                out.push(Out::Log(
+                    false,
+                    format!("clear_startup_nodes {}", self.startup.len()),
+                ));
+                self.startup.clear();
+                self.wait_clear_fipu = true;
+            }
+            if flags & FenceFlags::CLEAR_FIPU != 0 && self.fipu {
+                self.fipu = false;
+                self.wait_clear_fipu = false;
+                out.push(Out::Log(false, "fence_in_progress_unknown 0 recv".into()));
+            }
+        }
+        out.extend(self.work(env, proto));
+        out
+    }
+
+    /// `daemon_fence_work`: called on every daemon event and once a second while
+    /// [`Self::retry`].
+    pub fn work(&mut self, env: FenceEnv, proto: &DaemonProtocol) -> Vec<Out> {
+        let mut out = Vec::new();
+        if !self.allowed {
+            return out;
+        }
+        let retry = self.work_inner(env, proto, &mut out);
+        self.retry = retry;
+        out
+    }
+
+    fn work_inner(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+        if self.ringid_wait {
+            out.push(Out::Log(false, "fence work wait for cpg ringid".into()));
+            return true;
+        }
+        if env.cluster_ring_seq != self.daemon_ring_seq {
+            out.push(Out::Log(false, "fence work wait for cluster ringid".into()));
+            return true;
+        }
+        let mut retry = false;
+        if self.opts.quorum && !env.quorate {
+            out.push(Out::Log(false, "fence work wait for quorum".into()));
+            self.fipu_step(out);
+            return true;
+        }
+        if self.merges(proto, out) {
+            return true;
+        }
+        retry |= self.startup_step(env, proto, out);
+        retry |= self.request_step(env, proto, out);
+        retry |= self.check_step(env, proto, out);
+        self.fipu_step(out);
+        retry
+    }
+
+    /// Stateful merges block fencing until cleared (non-two_node); true: wait.
+    fn merges(&mut self, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+        let (mut gone, mut part, mut merge, mut clean) = (0, 0, 0, 0);
+        let mut low = 0;
+        for (&id, d) in proto.nodes() {
+            if !d.member {
+                gone += 1;
+                continue;
+            }
+            if low == 0 || id < low {
+                low = id;
+            }
+            if d.stateful_merge {
+                merge += 1;
+            } else if d.proto.is_none() {
+                part += 1;
+            } else {
+                clean += 1;
+            }
+        }
+        if !self.opts.two_node && merge > 0 {
+            out.push(Out::Log(
+                false,
+                format!(
+                    "fence work wait to clear merge {merge} clean {clean} part {part} gone {gone}"
+                ),
+            ));
+            if clean >= merge && part == 0 && low == self.our {
+                for (&id, d) in proto.nodes() {
+                    if d.stateful_merge && !d.killed {
+                        out.push(Out::Log(
+                            true,
+                            format!("daemon node {id} kill stateful merge member"),
+                        ));
+                        out.push(Out::KickMerged(id));
+                    }
+                }
+            }
+            if clean < merge && part == 0 {
+                self.stateful_merge_wait = true;
+            }
+            return true;
+        }
+        self.stateful_merge_wait = false;
+        false
+    }
+
+    fn startup_step(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+        let mut retry = false;
+        for nodeid in std::mem::take(&mut self.startup) {
+            if proto.is_clean_member(nodeid) {
+                out.push(Out::Log(
+                    false,
+                    format!("fence startup {nodeid} skip member"),
+                ));
+                continue;
+            }
+            if !self.opts.startup {
+                self.startup.push(nodeid);
+                continue;
+            }
+            if self.fence_delay_begin == 0 {
+                out.push(Out::Log(
+                    false,
+                    format!("fence startup {nodeid} wait for initial delay"),
+                ));
+                self.startup.push(nodeid);
+                continue;
+            }
+            if env.now.saturating_sub(self.fence_delay_begin) < self.opts.post_join_delay {
+                out.push(Out::Log(
+                    false,
+                    format!(
+                        "fence startup {nodeid} delay {} from {}",
+                        self.opts.post_join_delay, self.fence_delay_begin
+                    ),
+                ));
+                self.startup.push(nodeid);
+                retry = true;
+                continue;
+            }
+            let (mono, wall) = (
+                self.joined_mono.saturating_sub(1),
+                self.joined_wall.saturating_sub(1),
+            );
+            let n = self.add_node(nodeid);
+            if n.need_fencing {
+                out.push(Out::Log(
+                    true,
+                    format!("fence startup {nodeid} already set"),
+                ));
+                continue;
+            }
+            Self::reset_for_fencing(n, reason::STARTUP, mono, wall);
+            let low = self.set_actors(nodeid, &[], true);
+            out.push(Out::Log(
+                false,
+                format!("fence startup nodeid {nodeid} act {low}"),
+            ));
+        }
+        retry
+    }
+
+    /// Marks a node that rejoined cleanly as fenced now.
+    fn rejoined(n: &mut FenceNode, nodeid: u32, env: FenceEnv) {
+        n.need_fencing = false;
+        n.delay_fencing = false;
+        n.fence_walltime = env.wall;
+        n.fence_monotime = env.now;
+        n.actor_done = nodeid;
+    }
+
+    fn request_step(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+        let mut retry = false;
+        let ids: Vec<u32> = self.order.clone();
+        for nodeid in ids {
+            let running = self.running;
+            let delay_begin = self.fence_delay_begin;
+            let members = &self.members;
+            let Some(n) = self.nodes.get_mut(&nodeid) else {
+                continue;
+            };
+            if !n.need_fencing || n.pid_wait {
+                continue;
+            }
+            if n.result_wait {
+                out.push(Out::Log(
+                    false,
+                    format!("fence request {nodeid} result_wait"),
+                ));
+                continue;
+            }
+            if proto.is_clean_member(nodeid) {
+                out.push(Out::Log(
+                    false,
+                    format!("fence request {nodeid} skip for is_clean_daemon_member"),
+                ));
+                Self::rejoined(n, nodeid, env);
+                continue;
+            }
+            if !self.opts.concurrent && running.is_some() {
+                out.push(Out::Log(
+                    false,
+                    format!("fence request {nodeid} delay for other pid"),
+                ));
+                n.delay_fencing = true;
+                retry = true;
+                continue;
+            }
+            if env.now.saturating_sub(delay_begin) < self.opts.post_join_delay {
+                out.push(Out::Log(
+                    false,
+                    format!(
+                        "fence request {nodeid} delay {} from {delay_begin}",
+                        self.opts.post_join_delay
+                    ),
+                ));
+                n.delay_fencing = true;
+                retry = true;
+                continue;
+            }
+            n.delay_fencing = false;
+            // get_fence_actor: the lowest actor still a member (gone ones are dropped)
+            n.actors.retain(|a| members.contains(a));
+            let actor = n.actors.first().copied().unwrap_or(0);
+            n.actor_last = actor;
+            if actor == 0 {
+                out.push(Out::Log(true, format!("fence request {nodeid} no actor")));
+                continue;
+            }
+            if actor != self.our {
+                out.push(Out::Log(
+                    false,
+                    format!("fence request {nodeid} defer to {actor}"),
+                ));
+                continue;
+            }
+            let extra = format!("fail_time={}\n", n.fail_walltime);
+            let Some(m) = n.methods.get(n.pos) else {
+                out.push(Out::Log(
+                    true,
+                    format!("fence request {nodeid} no config pos {}", n.pos),
+                ));
+                n.result_wait = true;
+                out.push(Out::SendResult {
+                    nodeid,
+                    result: -1,
+                    walltime: env.wall,
+                });
+                continue;
+            };
+            let Some(stdin) = agent_args(m, nodeid, &extra) else {
+                out.push(Out::Log(
+                    true,
+                    format!("fence request {nodeid} config args error -1"),
+                ));
+                n.result_wait = true;
+                out.push(Out::SendResult {
+                    nodeid,
+                    result: -1,
+                    walltime: env.wall,
+                });
+                continue;
+            };
+            out.push(Out::Log(
+                true,
+                format!(
+                    "fence request {nodeid} {} time {} {} {}",
+                    reason_str(n.left_reason),
+                    n.fail_walltime,
+                    m.device,
+                    m.agent
+                ),
+            ));
+            out.push(Out::RunAgent {
+                nodeid,
+                agent: m.agent.clone(),
+                stdin,
+                device: m.device.clone(),
+            });
+            n.pid_wait = true;
+            self.running = Some(nodeid);
+        }
+        retry
+    }
+
+    /// Outstanding agents whose node rejoined cleanly are cancelled; a running agent
+    /// keeps the work retrying (C polls it with waitpid; here its exit arrives as
+    /// [`Self::agent_exited`]).
+    fn check_step(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+        let mut retry = false;
+        for nodeid in self.order.clone() {
+            let Some(n) = self.nodes.get_mut(&nodeid) else {
+                continue;
+            };
+            if !n.need_fencing || n.delay_fencing || n.result_wait || !n.pid_wait {
+                continue;
+            }
+            if proto.is_clean_member(nodeid) {
+                out.push(Out::Log(
+                    false,
+                    format!(
+                        "fence wait {nodeid} pid {} skip for is_clean_daemon_member",
+                        n.fence_pid
+                    ),
+                ));
+                Self::rejoined(n, nodeid, env);
+                n.pid_wait = false;
+                n.fence_pid = 0;
+                self.running = None;
+                out.push(Out::CancelAgent(nodeid));
+                continue;
+            }
+            retry = true;
+        }
+        retry
+    }
+
+    fn fipu_step(&mut self, out: &mut Vec<Out>) {
+        let need = self.nodes.values().any(|n| n.need_fencing);
+        if self.opts.startup
+            && self.fipu
+            && self.startup.is_empty()
+            && !self.wait_clear_fipu
+            && !need
+        {
+            // case A: everyone started together and startup fencing settled
+            self.fipu = false;
+            out.push(Out::Log(
+                false,
+                "fence_in_progress_unknown 0 startup".into(),
+            ));
+        }
+        if !self.fipu {
+            // case B: the lowest settled member tells new members nothing is pending
+            let low = self
+                .members
+                .iter()
+                .copied()
+                .filter(|m| self.nodes.get(m).is_some_and(|n| n.need_fence_clear == 0))
+                .min()
+                .unwrap_or(0);
+            for &m in &self.members {
+                let Some(n) = self.nodes.get_mut(&m) else {
+                    continue;
+                };
+                if n.need_fence_clear == 0 {
+                    continue;
+                }
+                if m == self.our {
+                    n.need_fence_clear = 0;
+                    continue;
+                }
+                if low != self.our {
+                    continue;
+                }
+                let mut flags = 0;
+                if n.need_fence_clear & FenceFlags::CLEAR_STARTUP != 0 {
+                    flags |= FenceFlags::CLEAR_STARTUP;
+                    n.need_fence_clear &= !FenceFlags::CLEAR_STARTUP;
+                }
+                if n.need_fence_clear & FenceFlags::CLEAR_FIPU != 0 && !need {
+                    flags |= FenceFlags::CLEAR_FIPU;
+                    n.need_fence_clear &= !FenceFlags::CLEAR_FIPU;
+                }
+                if flags != 0 {
+                    out.push(Out::SendClear {
+                        nodeid: m,
+                        result: 0,
+                        flags,
+                    });
+                }
+            }
+        }
+        if !self.opts.startup && self.fipu {
+            // case C: everyone started together without startup fencing
+            let all = self
+                .members
+                .iter()
+                .all(|m| self.nodes.get(m).is_some_and(|n| n.fipu));
+            if all && !self.members.is_empty() {
+                for m in &self.members {
+                    if let Some(n) = self.nodes.get_mut(m) {
+                        n.fipu = false;
+                    }
+                }
+                self.fipu = false;
+                out.push(Out::Log(
+                    false,
+                    "fence_in_progress_unknown 0 all_fipu".into(),
+                ));
+            } else if self.last_join_seq > self.send_fipu_seq {
+                out.push(Out::SendClear {
+                    nodeid: self.our,
+                    result: ENODATA,
+                    flags: FenceFlags::FIPU,
+                });
+                out.push(Out::Log(
+                    false,
+                    format!("send_fence_clear {} fipu", self.our),
+                ));
+                self.send_fipu_seq = self.last_join_seq;
+            }
+        }
+    }
+}
