@@ -99,8 +99,13 @@ pub enum Out {
         /// Device name (for the log line).
         device: String,
     },
-    /// Kill the agent running for this node (SIGKILL) and reap it; no result is sent.
-    CancelAgent(u32),
+    /// Kill the agent running for a node (SIGKILL) and reap it; no result is sent.
+    CancelAgent {
+        /// The node it was fencing.
+        nodeid: u32,
+        /// Its process id.
+        pid: u32,
+    },
     /// Multicast FENCE_RESULT.
     SendResult {
         /// Subject.
@@ -151,7 +156,7 @@ pub struct FenceNode {
     pub actor_done: u32,
     /// Members present when it failed that may still fence it.
     pub actors: BTreeSet<u32>,
-    actors_orig: BTreeSet<u32>,
+    pub(crate) actors_orig: BTreeSet<u32>,
     /// Process id of our agent for it.
     pub fence_pid: u32,
     /// Our agent for it is running (or about to start).
@@ -159,8 +164,8 @@ pub struct FenceNode {
     /// We sent a result and wait to receive it.
     pub result_wait: bool,
     /// Its fence devices and the one in use.
-    methods: Vec<FenceMethod>,
-    pos: usize,
+    pub(crate) methods: Vec<FenceMethod>,
+    pub(crate) pos: usize,
     /// `FR_CLEAR_STARTUP | FR_CLEAR_FIPU` still owed to this (new) member.
     pub need_fence_clear: u32,
     /// It announced fence-in-progress-unknown (startup without startup fencing).
@@ -486,7 +491,18 @@ impl Fencing {
         match r {
             Ok(pid) => {
                 n.fence_pid = pid;
-                Vec::new()
+                let (device, agent) = n
+                    .methods
+                    .get(n.pos)
+                    .map_or(("", ""), |m| (m.device.as_str(), m.agent.as_str()));
+                vec![Out::Log(
+                    true,
+                    format!(
+                        "fence request {nodeid} pid {pid} {} time {} {device} {agent}",
+                        reason_str(n.left_reason),
+                        n.fail_walltime
+                    ),
+                )]
             }
             Err(e) => {
                 // fence_request failed: the result goes out at once
@@ -647,7 +663,10 @@ impl Fencing {
             }
         }
         if result == ECANCELED && n.pid_wait {
-            out.push(Out::CancelAgent(nodeid));
+            out.push(Out::CancelAgent {
+                nodeid,
+                pid: n.fence_pid,
+            });
             n.pid_wait = false;
             n.fence_pid = 0;
             self.running = None;
@@ -956,16 +975,7 @@ impl Fencing {
                 });
                 continue;
             };
-            out.push(Out::Log(
-                true,
-                format!(
-                    "fence request {nodeid} {} time {} {} {}",
-                    reason_str(n.left_reason),
-                    n.fail_walltime,
-                    m.device,
-                    m.agent
-                ),
-            ));
+            out.push(Out::Log(false, format!("fence request {nodeid} pos {}", n.pos)));
             out.push(Out::RunAgent {
                 nodeid,
                 agent: m.agent.clone(),
@@ -998,11 +1008,12 @@ impl Fencing {
                         n.fence_pid
                     ),
                 ));
+                let pid = n.fence_pid;
                 Self::rejoined(n, nodeid, env);
                 n.pid_wait = false;
                 n.fence_pid = 0;
                 self.running = None;
-                out.push(Out::CancelAgent(nodeid));
+                out.push(Out::CancelAgent { nodeid, pid });
                 continue;
             }
             retry = true;

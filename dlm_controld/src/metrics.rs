@@ -4,7 +4,8 @@
 use std::sync::OnceLock;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
     TextEncoder,
 };
 
@@ -44,6 +45,16 @@ pub struct Metrics {
     pub query_seconds: HistogramVec,
     /// Lines logged at error level (bad input included).
     pub errors: IntCounter,
+    /// Fence agents started here, by device.
+    pub fence_attempts: IntCounterVec,
+    /// Fence agents that ended here, by outcome (success, failure).
+    pub fence_results: IntCounterVec,
+    /// FENCE_RESULT messages received, by outcome (fenced, acknowledged, failed).
+    pub fence_received: IntCounterVec,
+    /// Daemon nodes that need fencing now (at scrape).
+    pub need_fencing: IntGauge,
+    /// Daemon group messages dropped: malformed, a wrong sender, an unknown type.
+    pub daemon_dropped: IntCounter,
 }
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -74,6 +85,12 @@ fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
     let _ = r.register(Box::new(c.clone()));
     c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    let _ = r.register(Box::new(g.clone()));
+    g
 }
 
 impl Metrics {
@@ -168,6 +185,34 @@ impl Metrics {
                 &r,
                 "dlm_errors_total",
                 "Lines logged at error level, bad input included",
+            ),
+            fence_attempts: counter_vec(
+                &r,
+                "dlm_fence_agent_runs_total",
+                "Fence agents started by this node",
+                &["device"],
+            ),
+            fence_results: counter_vec(
+                &r,
+                "dlm_fence_agent_results_total",
+                "Fence agents that ended on this node, by outcome",
+                &["outcome"],
+            ),
+            fence_received: counter_vec(
+                &r,
+                "dlm_fence_results_received_total",
+                "FENCE_RESULT messages received from any node: fenced, acknowledged (fence_ack), failed",
+                &["outcome"],
+            ),
+            need_fencing: gauge(
+                &r,
+                "dlm_nodes_need_fencing",
+                "Daemon nodes that must be fenced before lockspaces that lost them restart",
+            ),
+            daemon_dropped: counter(
+                &r,
+                "dlm_daemon_messages_dropped_total",
+                "Daemon group messages dropped: malformed, a wrong sender or an unknown type",
             ),
             registry: r,
         }

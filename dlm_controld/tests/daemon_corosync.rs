@@ -126,18 +126,3 @@ fn lockspace_on_real_corosync() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Fencing is not implemented yet: with it enabled (the default) the daemon refuses to run
-/// on corosync instead of running unsafely.
-#[test]
-fn refuses_to_run_without_fencing_support() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
-        .args(["--kernel-root", "/nonexistent-dlm-root"])
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("enable_fencing=0"),
-        "{:?}",
-        out
-    );
-}

@@ -104,7 +104,7 @@ impl Cluster {
                     n.running.insert(nodeid, pid);
                     follow.push((nodeid, pid));
                 }
-                Out::CancelAgent(nodeid) => {
+                Out::CancelAgent { nodeid, .. } => {
                     n.running.remove(&nodeid);
                     n.cancelled.push(nodeid);
                 }

@@ -142,8 +142,10 @@ pub(crate) struct CorosyncServices {
     pub(crate) quorum: Quorum,
     pub(crate) nodeid: u32,
     pub(crate) cluster_name: String,
-    /// corosync `quorum.two_node`.
+    /// corosync `quorum.two_node` with exactly two configured nodes.
     pub(crate) two_node: bool,
+    /// The configured nodes (`nodelist.node.*.nodeid`), for startup fencing.
+    pub(crate) nodelist: Vec<u32>,
 }
 
 impl CorosyncServices {
@@ -153,7 +155,8 @@ impl CorosyncServices {
         let nodeid = cfg.local_nodeid()?;
         let cmap = Cmap::new()?;
         let cluster_name = cmap.get_string("totem.cluster_name")?.unwrap_or_default();
-        let two_node = cmap.get_u32("quorum.two_node")?.unwrap_or(0) != 0;
+        let nodelist = cmap.nodelist()?;
+        let two_node = cmap.get_u32("quorum.two_node")?.unwrap_or(0) != 0 && nodelist.len() == 2;
         let quorum = Quorum::new()?;
         Ok(Self {
             cfg,
@@ -161,6 +164,7 @@ impl CorosyncServices {
             nodeid,
             cluster_name,
             two_node,
+            nodelist,
         })
     }
 

@@ -22,6 +22,8 @@ pub(crate) enum ControlCmd {
     Reload,
     /// `dlm_tool set_config`: the `key=val ` text.
     SetConfig(String),
+    /// `dlm_tool fence_ack <nodeid>`.
+    FenceAck(u32),
 }
 
 /// Binds the abstract main socket (address length 12, no trailing NUL).
@@ -138,9 +140,12 @@ async fn connection(
                     String::from_utf8_lossy(&text).into_owned(),
                 ));
             }
-            Request::FenceAck { nodeid } => {
-                crate::log_error!("fence_ack {nodeid} ignored: this build does no fencing");
-            }
+            Request::FenceAck { nodeid } => match u32::try_from(nodeid) {
+                Ok(n) if n > 0 => {
+                    let _ = tx.send(ControlCmd::FenceAck(n));
+                }
+                _ => crate::log_error!("fence_ack {nodeid}: not a node id"),
+            },
             // fs_controld mode (enable_fscontrol) is not supported, as with C's default
             Request::FsRegister(_) => {
                 let r = DlmcHeader {

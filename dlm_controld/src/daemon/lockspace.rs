@@ -14,7 +14,6 @@ use crate::clock::monotonic_secs;
 use crate::config::LockspaceConf;
 use crate::kernel::SeamError;
 use crate::lscore::{Action, LsCore, LsEnv, LsReport};
-use crate::membership::FenceView;
 
 /// What the main task tells a lockspace.
 #[derive(Debug)]
@@ -30,23 +29,6 @@ pub enum LsCommand {
     /// A query: the plock table as `dlm_tool plocks` prints it, lines optionally ending in
     /// ` age_ms <n>`.
     DumpPlocks(tokio::sync::oneshot::Sender<String>, bool),
-}
-
-/// Fencing is not implemented yet: nothing to wait for (the daemon refuses to run on
-/// corosync with `enable_fencing=1`).
-#[derive(Debug)]
-struct NoFencing;
-
-impl FenceView for NoFencing {
-    fn fence_time(&self, _: u32) -> Option<u64> {
-        Some(u64::MAX)
-    }
-    fn in_progress(&self) -> bool {
-        false
-    }
-    fn cluster_add_time(&self, _: u32) -> u64 {
-        0
-    }
 }
 
 /// The table in C's text (`copy_plock_state`), in one pass; with `ages` each line ends in
@@ -136,15 +118,15 @@ struct Shell {
 impl Shell {
     fn with_env<T>(&mut self, f: impl FnOnce(&mut LsCore, &LsEnv<'_>) -> T) -> T {
         let q = *self.ctx.quorum.borrow();
-        let fence = NoFencing;
+        let fence = self.ctx.fencing.borrow();
         let env = LsEnv {
             now: monotonic_secs(),
             now_ms: crate::clock::monotonic_ms(),
             quorate: q.quorate,
             cluster_ring_seq: q.ring_seq,
             quorum_required: true,
-            fencing_enabled: false,
-            fencing: &fence,
+            fencing_enabled: fence.enabled,
+            fencing: &*fence,
         };
         f(&mut self.core, &env)
     }

@@ -2,11 +2,12 @@
 //! lockspace (it owns its group and its membership machine; nothing is shared) and a main
 //! task for uevents, the once-a-second retry and signals.
 //!
-//! Runs on corosync or on the embedded single-member group. Not yet: fencing, the query
-//! sockets, the plock path (see docs/ARCHITECTURE.md).
+//! Runs on corosync or on the embedded single-member group (see docs/ARCHITECTURE.md).
 
+mod agent;
 mod cluster;
 mod control;
+mod daemon_group;
 mod lockspace;
 mod metrics_http;
 mod query;
@@ -20,15 +21,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::{CorosyncServices, LsGroup, QuorumState};
-use dlm_cpg::{CpgError, Event};
+use dlm_cpg::CpgError;
 use dlm_proto::kernel::{Uevent, UeventAction};
-use dlm_proto::wire::{Body, DAEMON_GROUP_NAME, Message};
+use dlm_proto::wire::DAEMON_GROUP_NAME;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::monotonic_secs;
 use crate::config::Config;
-use crate::daemon_proto::{DaemonProtocol, Out, QuorumView};
+use crate::daemon_proto::QuorumView;
+use crate::fencing::{FenceOpts, Fencing};
+use daemon_group::{DaemonGroup, FenceFacts};
 use crate::kernel::{KernelRoot, MiscDevice, SeamError};
 
 pub use crate::lscore::LsReport;
@@ -108,75 +111,6 @@ fn pid_file(seam: &KernelRoot) -> Result<fs::File, DaemonError> {
     Ok(f)
 }
 
-/// Feeds one daemon-group event to the protocol machine and sends what it asks; returns
-/// the nodes to kill (stateful merges).
-fn daemon_event(
-    group: &mut LsGroup,
-    proto: &mut DaemonProtocol,
-    our: u32,
-    ev: Event,
-    q: QuorumView,
-    status: &query::SharedStatus,
-) -> Vec<u32> {
-    let out = match ev {
-        Event::ConfChg {
-            members,
-            left,
-            joined,
-        } => {
-            if let Ok(mut st) = status.lock() {
-                st.member_count = members.len();
-                st.joined_count = joined.len();
-                st.remove_count = left.len();
-            }
-            crate::log_debug!(
-                "daemon confchg members {} joined {} left {}",
-                members.len(),
-                joined.len(),
-                left.len()
-            );
-            proto.handle_confchg(
-                monotonic_secs(),
-                &members.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-                &left
-                    .iter()
-                    .map(|m| (m.nodeid, m.reason.to_raw()))
-                    .collect::<Vec<_>>(),
-                &joined.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-            )
-        }
-        Event::Deliver {
-            nodeid, payload, ..
-        } => match Message::decode(&payload) {
-            Ok(Message {
-                body: Body::Protocol(p),
-                ..
-            }) => proto.handle_protocol(nodeid, &p, q, false),
-            _ => Vec::new(),
-        },
-        Event::Totem { ring, .. } => {
-            if let Ok(mut st) = status.lock() {
-                st.daemon_ringid = ring.seq;
-            }
-            Vec::new()
-        }
-    };
-    if let Ok(mut st) = status.lock() {
-        st.set_nodes(proto.nodes().iter().map(|(id, n)| (*id, n)));
-    }
-    let mut kick = Vec::new();
-    for o in out {
-        match o {
-            Out::SendProtocol(p) => {
-                let _ = group.mcast(&p.encode(our));
-            }
-            Out::Kick(n) => kick.push(n),
-            Out::Failed { .. } => {}
-        }
-    }
-    kick
-}
-
 /// Sends one `sd_notify` message to systemd, when started by it (`NOTIFY_SOCKET`).
 fn sd_notify(msg: &[u8]) {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
@@ -218,16 +152,6 @@ fn watchdog_interval() -> Option<Duration> {
 /// Runs the daemon until SIGTERM/SIGINT with no lockspace left. Forks into the
 /// background first unless `--foreground` or `-D` (as C: the pid file is taken after).
 pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
-    // configuration we refuse is reported before forking, to whoever started us
-    if args.cluster == ClusterKind::Corosync
-        && args.config.options.on(crate::config::Opt::EnableFencing)
-    {
-        // a failed node's locks would be granted to others before it is fenced
-        return Err(DaemonError::Unsupported(
-            "fencing in this build: run with enable_fencing=0 (-f 0) on clusters that need none, \
-             or use the C dlm_controld",
-        ));
-    }
     let o = &args.config.options;
     if !o.on(crate::config::Opt::Foreground) && !o.on(crate::config::Opt::DaemonDebug) {
         nix::unistd::daemon(false, false).map_err(|e| DaemonError::Io("daemon(3)", e.into()))?;
@@ -283,6 +207,11 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let cluster_name = services
         .as_ref()
         .map_or_else(|| "dlm".to_owned(), |s| s.cluster_name.clone());
+    // 0. unfence ourselves before anyone can fence us (after that, joining the daemon
+    //    group makes us fenceable)
+    agent::unfence(&args.config.file, our)
+        .await
+        .map_err(|e| DaemonError::Io("unfence", io::Error::other(e)))?;
     // 1. configfs cluster attributes
     startup::setup_configfs(&seam, &args.config, &cluster_name)?;
     // 2. the monitor device, before our comms entry, kept open for our lifetime
@@ -293,9 +222,29 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         ring_seq: 0,
     });
     let mut comms = Comms::default();
+    let mut quorum = daemon_group::Quorum {
+        view: QuorumView {
+            quorate: true,
+            quorate_since: monotonic_secs(),
+            two_node: services.as_ref().is_some_and(|s| s.two_node),
+        },
+        ring_seq: 0,
+    };
+    // cluster_joined_monotime / walltime: the first quorum notification
+    let joined = (monotonic_secs(), wall_secs());
+    let mut cluster_nodes = vec![our];
     if let Some(s) = services.as_mut() {
         let change = wait_quorum(s).await?;
+        crate::log_debug!(
+            "cluster quorum {} seq {} nodes {}",
+            u8::from(change.quorate),
+            change.ring_seq,
+            change.nodes.len()
+        );
         comms.update(&seam, &args.config, s, our, &change.nodes);
+        quorum.view.quorate = change.quorate;
+        quorum.ring_seq = change.ring_seq;
+        cluster_nodes.clone_from(&change.nodes);
         let _ = qtx.send(QuorumState {
             quorate: change.quorate,
             ring_seq: change.ring_seq,
@@ -306,43 +255,61 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         let mark = args.config.file.node_marks.get(&our).copied().unwrap_or(0);
         startup::add_node(&seam, our, &addr, true, mark)?;
     }
-    // 4. the daemon group and its protocol
-    let mut daemon_group = LsGroup::join(embedded, our, DAEMON_GROUP_NAME)
-        .await
-        .map_err(DaemonError::Cluster)?;
-    let mut proto = DaemonProtocol::new(our);
+    // 4. the daemon group, its protocol and fencing
+    let o = &args.config.options;
+    use crate::config::Opt;
+    let opts = FenceOpts {
+        enabled: o.on(Opt::EnableFencing),
+        startup: o.on(Opt::EnableStartupFencing),
+        quorum: o.on(Opt::EnableQuorumFencing),
+        concurrent: o.on(Opt::EnableConcurrentFencing),
+        repeat_failed: o.on(Opt::RepeatFailedFencing),
+        post_join_delay: u64::try_from(o.num(Opt::PostJoinDelay)).unwrap_or(0),
+        two_node: quorum.view.two_node,
+    };
+    let nodelist = services
+        .as_ref()
+        .map_or_else(|| vec![our], |s| s.nodelist.clone());
+    let fencing = Fencing::new(our, opts, args.config.file.clone(), &nodelist, joined);
     let status: query::SharedStatus =
         Arc::new(std::sync::Mutex::new(crate::status::DaemonStatus {
             our,
-            quorate: qrx.borrow().quorate,
-            cluster_ringid: qrx.borrow().ring_seq,
+            quorate: quorum.view.quorate,
+            cluster_ringid: quorum.ring_seq,
             ..Default::default()
         }));
-    let q = QuorumView {
-        quorate: true,
-        quorate_since: 0,
-        two_node: false,
-    };
+    let (facts_tx, facts_rx) = watch::channel(FenceFacts {
+        enabled: opts.enabled,
+        cluster_add: cluster_nodes.iter().map(|&n| (n, joined.0)).collect(),
+        ..FenceFacts::default()
+    });
+    let (exit_tx, exit_rx) = mpsc::unbounded_channel();
+    let group = LsGroup::join(embedded, our, DAEMON_GROUP_NAME)
+        .await
+        .map_err(DaemonError::Cluster)?;
+    let mut dg = DaemonGroup::new(group, our, fencing, status.clone(), facts_tx, exit_tx);
+    dg.quorum = quorum;
+    dg.embedded = embedded;
     let negotiated = async {
         loop {
-            while let Some(ev) = daemon_group.poll_event() {
-                let _ = daemon_event(&mut daemon_group, &mut proto, our, ev, q, &status);
+            while let Some(ev) = dg.group.poll_event() {
+                dg.event(ev, services.as_ref());
             }
-            if let Some(r) = proto.negotiated() {
+            if let Some(r) = dg.proto.negotiated() {
                 return r.map_err(DaemonError::Protocol);
             }
-            let ev = daemon_group
-                .next_event()
-                .await
-                .map_err(DaemonError::Cluster)?;
-            daemon_event(&mut daemon_group, &mut proto, our, ev, q, &status);
+            let ev = dg.group.next_event().await.map_err(DaemonError::Cluster)?;
+            dg.event(ev, services.as_ref());
         }
     };
     tokio::time::timeout(Duration::from_secs(60), negotiated)
         .await
         .map_err(|_| DaemonError::Unsupported("daemon protocol negotiation within 60 s"))??;
+    // fencing work may begin once our protocol is set (daemon_fence_allow)
+    dg.fencing.allow();
+    dg.tick_now(services.as_ref());
     // 5. the plock device, uevents, then the loop
-    let device = if args.config.options.on(crate::config::Opt::EnablePlock) {
+    let device = if args.config.options.on(Opt::EnablePlock) {
         Some(Arc::new(seam.open_misc("dlm_plock")?))
     } else {
         None
@@ -355,15 +322,21 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         uevents,
         our,
         embedded,
-        &mut daemon_group,
-        &mut proto,
+        &mut dg,
         services,
-        qtx,
-        qrx,
+        (qtx, qrx),
+        (facts_rx, exit_rx),
         comms,
         status,
     )
     .await
+}
+
+/// Wall-clock seconds (`time(NULL)`).
+fn wall_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 async fn wait_quorum(s: &mut CorosyncServices) -> Result<dlm_cpg::QuorumChange, DaemonError> {
@@ -429,11 +402,13 @@ async fn main_loop(
     uevents: crate::kernel::UeventSource,
     our: u32,
     embedded: bool,
-    daemon_group: &mut LsGroup,
-    proto: &mut DaemonProtocol,
+    dg: &mut DaemonGroup,
     mut services: Option<CorosyncServices>,
-    qtx: watch::Sender<QuorumState>,
-    qrx: watch::Receiver<QuorumState>,
+    (qtx, qrx): (watch::Sender<QuorumState>, watch::Receiver<QuorumState>),
+    (facts, mut exits): (
+        watch::Receiver<FenceFacts>,
+        mpsc::UnboundedReceiver<agent::AgentExit>,
+    ),
     mut comms: Comms,
     status: query::SharedStatus,
 ) -> Result<(), DaemonError> {
@@ -485,11 +460,6 @@ async fn main_loop(
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| DaemonError::Io("SIGINT handler", e))?;
     let mut quit = false;
-    let mut q = QuorumView {
-        quorate: qrx.borrow().quorate,
-        quorate_since: monotonic_secs(),
-        two_node: services.as_ref().is_some_and(|s| s.two_node),
-    };
     let plock_fd = match device.as_ref() {
         // SAFETY: the Arc keeps the device (and its descriptor) open for as long as the
         // AsyncFd that owns this clone of it.
@@ -510,6 +480,7 @@ async fn main_loop(
         our,
         embedded,
         quorum: qrx,
+        fencing: facts,
         done: done_tx,
     };
     loop {
@@ -526,18 +497,16 @@ async fn main_loop(
                     Err(e) => return Err(DaemonError::Io("uevent source", e)),
                 }
             }
-            ev = daemon_group.next_event() => {
+            ev = dg.group.next_event() => {
                 let ev = ev.map_err(DaemonError::Cluster)?;
-                for n in daemon_event(daemon_group, proto, our, ev, q, &status) {
-                    // a stateful merge: corosync removes the node from the cluster
-                    if let Some(s) = services.as_ref() {
-                        if let Err(e) = s.cfg.kill_node(n, "dlm_controld") {
-                            crate::log_error!("kill node {n}: {e}");
-                        }
-                    }
-                }
+                dg.event(ev, services.as_ref());
             }
+            Some(e) = exits.recv() => dg.agent_exit(e, services.as_ref()),
             Some(c) = ctl_rx.recv() => {
+                if let control::ControlCmd::FenceAck(n) = c {
+                    dg.fence_ack(n, services.as_ref());
+                    continue;
+                }
                 apply_control(c, &mut config, args.conf_path.as_deref(), seam);
                 if let Ok(mut d) = config_dump.lock() {
                     *d = Arc::new(config.options.dump());
@@ -583,11 +552,18 @@ async fn main_loop(
                 if let Some(s) = services.as_mut() {
                     s.quorum.dispatch().map_err(DaemonError::Cluster)?;
                     while let Some(c) = s.quorum.poll_change() {
-                        if c.quorate && !q.quorate {
-                            q.quorate_since = monotonic_secs();
+                        let now = monotonic_secs();
+                        if c.quorate && !dg.quorum.view.quorate {
+                            dg.quorum.view.quorate_since = now;
                         }
-                        q.quorate = c.quorate;
+                        dg.quorum.view.quorate = c.quorate;
+                        dg.quorum.ring_seq = c.ring_seq;
                         crate::log_debug!("cluster quorum {} seq {} nodes {}", u8::from(c.quorate), c.ring_seq, c.nodes.len());
+                        let added: Vec<u32> = c.nodes.iter().copied().filter(|n| !comms.nodes.contains(n)).collect();
+                        for n in &added {
+                            crate::log_debug!("cluster node {n} added seq {}", c.ring_seq);
+                        }
+                        dg.cluster_nodes_added(&added, now);
                         comms.update(seam, &config, s, our, &c.nodes);
                         let _ = qtx.send(QuorumState { quorate: c.quorate, ring_seq: c.ring_seq });
                         if let Ok(mut st) = status.lock() {
@@ -605,6 +581,7 @@ async fn main_loop(
                         let _ = s.cfg.reply_shutdown(idle);
                     }
                 }
+                dg.tick(services.as_ref());
                 if let Ok(m) = registry.lock() {
                     for tx in m.values() {
                         let _ = tx.send(LsCommand::Poll);
@@ -639,6 +616,8 @@ pub(crate) struct LsContext {
     pub(crate) our: u32,
     pub(crate) embedded: bool,
     pub(crate) quorum: watch::Receiver<QuorumState>,
+    /// Fencing facts from the daemon group.
+    pub(crate) fencing: watch::Receiver<FenceFacts>,
     pub(crate) done: mpsc::UnboundedSender<String>,
     /// The plock device, for replies (`None` with `enable_plock=0`).
     pub(crate) device: Option<Arc<MiscDevice>>,
@@ -678,6 +657,8 @@ fn apply_control(
                 return;
             }
         },
+        // handled by the daemon group
+        control::ControlCmd::FenceAck(_) => return,
         control::ControlCmd::SetConfig(text) => {
             let (ch, ignored) = config.set_config(&text, file_text.as_deref());
             for c in &ch {
