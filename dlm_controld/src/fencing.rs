@@ -975,7 +975,10 @@ impl Fencing {
                 });
                 continue;
             };
-            out.push(Out::Log(false, format!("fence request {nodeid} pos {}", n.pos)));
+            out.push(Out::Log(
+                false,
+                format!("fence request {nodeid} pos {}", n.pos),
+            ));
             out.push(Out::RunAgent {
                 nodeid,
                 agent: m.agent.clone(),

@@ -5,8 +5,7 @@ use std::sync::OnceLock;
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
-    TextEncoder,
+    Registry, TextEncoder,
 };
 
 /// Every metric this daemon exports.

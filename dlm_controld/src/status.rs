@@ -199,7 +199,10 @@ mod tests {
              fail_monotime=446 fence_walltime=0 fence_monotime=0 "
         );
         assert_eq!((r[3].kind, r[3].nodeid), (StateType::StartupNode, 3));
-        assert!(String::from_utf8_lossy(&r[3].text).starts_with("member=0 killed=0 left_reason=unknown "));
+        assert!(
+            String::from_utf8_lossy(&r[3].text)
+                .starts_with("member=0 killed=0 left_reason=unknown ")
+        );
         let mut bytes = Vec::new();
         for rec in &r {
             rec.encode_into(&mut bytes);

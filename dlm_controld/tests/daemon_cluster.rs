@@ -1,8 +1,8 @@
 //! Three daemons on three real corosync nodes (network namespaces), each on its own fake
 //! kernel: a lockspace joined on all three starts with all three members on every node;
 //! when node 3 dies (daemon and corosync killed) the survivors stop the lockspace and start
-//! it again without node 3. (Fencing is not implemented yet, so this runs as with
-//! `enable_fencing=0`.)
+//! it again without node 3. These run with `enable_fencing=0`; fencing on real corosync is
+//! in `fencing_cluster.rs`.
 
 #[path = "../../cpg/tests/support/mod.rs"]
 mod support;

@@ -125,4 +125,3 @@ fn lockspace_on_real_corosync() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
-

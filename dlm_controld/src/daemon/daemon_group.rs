@@ -115,18 +115,13 @@ impl DaemonGroup {
                     left.len()
                 );
                 let members: Vec<u32> = members.iter().map(|m| m.nodeid).collect();
-                let left: Vec<(u32, u32)> = left
-                    .iter()
-                    .map(|m| (m.nodeid, m.reason.to_raw()))
-                    .collect();
+                let left: Vec<(u32, u32)> =
+                    left.iter().map(|m| (m.nodeid, m.reason.to_raw())).collect();
                 let joined: Vec<u32> = joined.iter().map(|m| m.nodeid).collect();
-                let po = self
-                    .proto
-                    .handle_confchg(env.now, &members, &left, &joined);
+                let po = self.proto.handle_confchg(env.now, &members, &left, &joined);
                 let failed = self.proto_out(po, services);
-                self.fencing.handle_confchg(
-                    env, &self.proto, &members, &left, &joined, &failed,
-                )
+                self.fencing
+                    .handle_confchg(env, &self.proto, &members, &left, &joined, &failed)
             }
             Event::Deliver {
                 nodeid, payload, ..
@@ -196,12 +191,12 @@ impl DaemonGroup {
                     .with_label_values(&[outcome])
                     .inc();
                 self.fencing.receive_result(
-                env,
-                &self.proto,
-                from,
-                f.nodeid,
-                f.result,
-                f.fence_walltime,
+                    env,
+                    &self.proto,
+                    from,
+                    f.nodeid,
+                    f.result,
+                    f.fence_walltime,
                 )
             }
             Body::FenceClear(f) => {

@@ -31,8 +31,8 @@ use crate::clock::monotonic_secs;
 use crate::config::Config;
 use crate::daemon_proto::QuorumView;
 use crate::fencing::{FenceOpts, Fencing};
-use daemon_group::{DaemonGroup, FenceFacts};
 use crate::kernel::{KernelRoot, MiscDevice, SeamError};
+use daemon_group::{DaemonGroup, FenceFacts};
 
 pub use crate::lscore::LsReport;
 pub use lockspace::LsCommand;
