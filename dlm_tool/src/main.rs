@@ -34,6 +34,7 @@ enum Op {
     },
     ReloadConfig,
     SetConfig(String),
+    FenceAck(i32),
     Dump {
         command: Command,
         json: bool,
@@ -57,9 +58,11 @@ Commands served by this build:
   reload_config   re-read dlm.conf (needs root)
   set_config k=v ...  change settable options at run time; k=restore, restore_all
                   (needs root)
+  fence_ack <nodeid>  tell every daemon the node is fenced (after checking it is
+                  down by hand); lockspaces waiting for it go on (needs root)
 
 Not yet in this build (use the C dlm_tool): join, leave, joinleave,
-  fence_ack, deadlock_check, lockdump, lockdebug, run, run_start, run_check,
+  deadlock_check, lockdump, lockdebug, run, run_start, run_check,
   run_cancel
 
 Options:
@@ -75,7 +78,6 @@ const NOT_YET: &[&str] = &[
     "join",
     "leave",
     "joinleave",
-    "fence_ack",
     "deadlock_check",
     "lockdump",
     "lockdebug",
@@ -140,6 +142,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
         "run_list",
         "reload_config",
         "set_config",
+        "fence_ack",
     ];
     let Some(at) = words
         .iter()
@@ -160,6 +163,12 @@ fn parse(args: &[String]) -> Result<Op, String> {
             .ok_or_else(|| "lockspace name required".to_owned()),
         "status" => Ok(Op::Status { verbose, json }),
         "reload_config" => Ok(Op::ReloadConfig),
+        "fence_ack" => name
+            .as_deref()
+            .and_then(|n| n.parse::<i32>().ok())
+            .filter(|&n| n > 0)
+            .map(Op::FenceAck)
+            .ok_or_else(|| "fence_ack needs a node id".to_owned()),
         "set_config" => {
             // every word after the command, each followed by a space (as 4.2.0 sends them)
             let text: String = words[at + 1..].iter().map(|w| format!("{w} ")).collect();
@@ -366,6 +375,11 @@ fn main() -> ExitCode {
                 fail(&e)
             }
         },
+        // as C: nothing printed, no reply awaited
+        Op::FenceAck(nodeid) => match client::send_main(&Request::FenceAck { nodeid }) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        },
         Op::SetConfig(text) => match client::send_main(&Request::SetConfig {
             text: text.into_bytes(),
         }) {
@@ -484,7 +498,10 @@ mod tests {
             Ok(Op::SetConfig("log_debug=1 post_join_delay=5 ".into()))
         );
         assert!(p("set_config").is_err());
-        assert!(p("fence_ack 3").is_err_and(|e| e.contains("not in this build")));
+        assert_eq!(p("fence_ack 3"), Ok(Op::FenceAck(3)));
+        assert!(p("fence_ack").is_err());
+        assert!(p("fence_ack x").is_err());
+        assert!(p("join foo").is_err_and(|e| e.contains("not in this build")));
         assert!(p("lsx").is_err());
     }
 }

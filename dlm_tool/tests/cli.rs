@@ -52,7 +52,10 @@ fn without_a_daemon() {
     let (_, err, code) = tool(&ns.0, &["plocks"]);
     assert_eq!(code, 1);
     assert!(err.contains("lockspace name required"), "{err}");
-    let (_, err, code) = tool(&ns.0, &["fence_ack", "2"]);
+    let (out, err, code) = tool(&ns.0, &["fence_ack", "2"]);
+    assert_eq!((out.as_str(), code), ("", 1));
+    assert!(err.contains("cannot talk to dlm_controld"), "{err}");
+    let (_, err, code) = tool(&ns.0, &["join", "foo"]);
     assert_eq!(code, 1);
     assert!(err.contains("not in this build"), "{err}");
     let (out, _, code) = tool(&ns.0, &["-h"]);
