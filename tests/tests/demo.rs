@@ -20,6 +20,10 @@ fn demo_cluster_completes() {
         "{text}"
     );
     assert!(
+        text.contains("[ok] node 2 records node 3 as fenced by node 1"),
+        "{text}"
+    );
+    assert!(
         text.contains("demo finished: every step happened as shown"),
         "{text}"
     );

@@ -1,11 +1,12 @@
 //! `demo_cluster`: the main job. A three-node cluster on this one machine: three network
 //! namespaces on a bridge, real corosync in each, our dlm_controld on a fake kernel in each
-//! (with `enable_fencing=0`: fencing is not in this build). It joins a lockspace everywhere,
+//! (fencing on, with a demo fence agent that records what it was asked and takes three
+//! seconds to "power off" the node). It joins a lockspace everywhere,
 //! takes POSIX locks from all three nodes (one conflicting request waits), shows
 //! `dlm_tool ls` and `dlm_tool plocks` on every node (the same table on each), releases the
 //! lock so the waiter on another node is granted, then kills node 3 outright and shows the
-//! survivors recovering without it, its locks purged. Exits non-zero if anything the demo
-//! claims does not happen.
+//! survivors waiting until node 1 has fenced it, then recovering without it, its locks
+//! purged. Exits non-zero if anything the demo claims does not happen.
 //!
 //! Run by `scripts/demo.sh` (as root). Finds `dlm_controld` and `dlm_tool` next to itself.
 
@@ -99,6 +100,49 @@ fn req(
     }
 }
 
+/// The demo's fence agent: reads its `key=val` stdin as every agent does, takes three
+/// seconds, records the request in the file its `log=` argument names, and succeeds.
+const AGENT: &str = "#!/bin/sh
+input=$(cat)
+log=$(printf '%s\\n' \"$input\" | sed -n 's/^log=//p')
+sleep 3
+printf '%s\\n' \"$input\" >> \"$log\"
+";
+
+/// Writes the agent and each node's dlm.conf (`fence_all <agent> log=<file>`); returns the
+/// agent's record file.
+fn fence_setup(base: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(base)?;
+    let agent = base.join("demo-fence-agent");
+    std::fs::write(&agent, AGENT)?;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+    let log = base.join("fenced");
+    for k in 1..=3 {
+        let etc = base.join(format!("n{k}/etc/dlm"));
+        std::fs::create_dir_all(&etc)?;
+        std::fs::write(
+            etc.join("dlm.conf"),
+            format!("fence_all {} log={}\n", agent.display(), log.display()),
+        )?;
+    }
+    Ok(log)
+}
+
+/// Polls `what` every 100 ms for up to `limit` until it returns `Some`.
+fn poll<T>(limit: Duration, mut what: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = what() {
+            return Some(v);
+        }
+        if std::time::Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn reply(k: &FakeKernel, limit: Duration) -> Option<PlockInfo> {
     k.recv_plock_raw(limit)
         .and_then(|b| PlockInfo::decode(&b).ok())
@@ -114,7 +158,13 @@ fn main() -> ExitCode {
     let _ = std::fs::remove_dir_all(&base);
     let mut kernels = Vec::new();
     let mut daemons = Vec::new();
-    println!("== 2. a fake kernel and our dlm_controld on each node");
+    let Ok(fence_log) = fence_setup(&base) else {
+        eprintln!("cannot write the demo fence agent under {}", base.display());
+        return ExitCode::FAILURE;
+    };
+    println!(
+        "== 2. a fake kernel and our dlm_controld on each node (fencing on: fence_all demo agent)"
+    );
     for k in 1..=3 {
         let root = base.join(format!("n{k}"));
         let Ok(fk) = FakeKernel::start(&root) else {
@@ -126,7 +176,7 @@ fn main() -> ExitCode {
             &bin_dir().join("dlm_controld"),
             &root,
             &fk,
-            &[],
+            &["-f", "1", "-j", "1"],
         ) else {
             eprintln!("dlm_controld on node {k} did not come up");
             return ExitCode::FAILURE;
@@ -201,9 +251,34 @@ fn main() -> ExitCode {
         &tool(&c.node_ns(3), &["plocks", LS]),
     );
 
-    println!("== 6. node 3 dies (dlm_controld and corosync killed)");
+    println!("== 6. node 3 dies (dlm_controld and corosync killed); node 1 fences it");
     drop(daemons.pop());
     c.signal(3, libc::SIGKILL);
+    let waiting = poll(Duration::from_secs(3), || {
+        let ls = tool(&c.node_ns(1), &["ls"]);
+        ls.contains("wait fencing").then_some(ls)
+    });
+    if let Some(ls) = &waiting {
+        show("dlm_tool ls on node 1 while the agent runs", ls);
+    }
+    d.check(
+        waiting.is_some(),
+        "node 1: the lockspace waits for node 3 to be fenced",
+    );
+    let asked = poll(T, || {
+        std::fs::read_to_string(&fence_log)
+            .ok()
+            .filter(|t| !t.is_empty())
+    });
+    if let Some(t) = &asked {
+        show("what the fence agent read on its stdin", t);
+    }
+    d.check(
+        asked
+            .as_deref()
+            .is_some_and(|t| t.matches("\nnode=3\nfail_time=").count() == 1),
+        "the fence agent ran once for node 3",
+    );
     for (i, k) in kernels[..2].iter().enumerate() {
         let ok = k.wait_records(T, |r| configfs_members(r, LS) == vec![1, 2]);
         d.check(
@@ -221,6 +296,13 @@ fn main() -> ExitCode {
     show("dlm_tool plocks demo on node 1", &t1);
     d.check(!t1.contains("nodeid 3"), "no lock of node 3 is left");
     show("dlm_tool ls on node 2", &tool(&c.node_ns(2), &["ls"]));
+    let st = tool(&c.node_ns(2), &["status"]);
+    show("dlm_tool status on node 2", &st);
+    d.check(
+        st.lines()
+            .any(|l| l.starts_with("node 3 X ") && l.contains(" at 1 ")),
+        "node 2 records node 3 as fenced by node 1",
+    );
 
     println!("== 7. the survivors leave the lockspace and stop");
     for (i, k) in kernels[..2].iter().enumerate() {
