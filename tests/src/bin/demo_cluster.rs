@@ -254,7 +254,7 @@ fn main() -> ExitCode {
     println!("== 6. node 3 dies (dlm_controld and corosync killed); node 1 fences it");
     drop(daemons.pop());
     c.signal(3, libc::SIGKILL);
-    let waiting = poll(Duration::from_secs(3), || {
+    let waiting = poll(T, || {
         let ls = tool(&c.node_ns(1), &["ls"]);
         ls.contains("wait fencing").then_some(ls)
     });
