@@ -1,6 +1,6 @@
-//! The dlm_controld daemon's library: configuration and the lockspace membership machine
-//! today; the kernel seam, daemon protocol, fencing and the plock path arrive with their
-//! issues.
+//! The dlm_controld daemon's library: configuration, the kernel seam, the sans-I/O machines
+//! (lockspace membership, daemon protocol, fencing, one lockspace's core) and the tokio
+//! shell that runs them (docs/ARCHITECTURE.md).
 
 pub mod clock;
 pub mod config;

@@ -309,6 +309,11 @@ mod tests {
             .with_label_values(&["lockspaces"])
             .observe(0.0001);
         m.errors.inc();
+        m.fence_attempts.with_label_values(&["fence_all"]).inc();
+        m.fence_results.with_label_values(&["success"]).inc();
+        m.fence_received.with_label_values(&["fenced"]).inc();
+        m.need_fencing.set(1);
+        m.daemon_dropped.inc();
         let text = String::from_utf8(m.encode()).expect("utf8");
         for name in [
             "dlm_plock_requests_total",
@@ -327,6 +332,11 @@ mod tests {
             "dlm_socket_requests_total",
             "dlm_query_seconds",
             "dlm_errors_total",
+            "dlm_fence_agent_runs_total",
+            "dlm_fence_agent_results_total",
+            "dlm_fence_results_received_total",
+            "dlm_nodes_need_fencing",
+            "dlm_daemon_messages_dropped_total",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {name} ")),

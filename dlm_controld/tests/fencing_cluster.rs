@@ -148,6 +148,22 @@ impl Setup {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// One series of node `node`'s metrics endpoint (0 when absent).
+    fn metric(&self, node: usize, series: &str) -> f64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.c.node_ns(node), "bash", "-c"])
+            .arg(
+                "exec 3<>/dev/tcp/127.0.0.1/9465; \
+                 printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3",
+            )
+            .output()
+            .expect("metrics");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// The survivors have stopped foo and not started it again.
     fn assert_stopped(&self) {
         for (i, k) in self.kernels[..2].iter().enumerate() {
@@ -209,11 +225,21 @@ fn failed_node_is_fenced_before_its_lockspaces_restart() {
         .expect("clock")
         .as_secs();
     assert!(t <= now && now - t < 60, "fail_time {t}, now {now}");
+    assert_eq!(s.metric(1, "dlm_nodes_need_fencing"), 1.0);
+    let runs = s.metric(1, "dlm_fence_agent_runs_total{device=\"fence_all\"}")
+        + s.metric(2, "dlm_fence_agent_runs_total{device=\"fence_all\"}");
+    assert!(runs >= 3.0, "agent runs counted: {runs}");
+    assert!(s.metric(2, "dlm_fence_results_received_total{outcome=\"failed\"}") >= 2.0);
     // the device starts working: the next attempt succeeds and everyone restarts foo
     std::fs::write(s.log.with_extension("status"), "0").expect("status");
     s.assert_restarted();
     let actor = fenced_by(&s.dlm_tool(2, &["status"]));
     assert!(actor == 1 || actor == 2, "fenced by {actor}");
+    assert_eq!(s.metric(2, "dlm_nodes_need_fencing"), 0.0);
+    assert_eq!(
+        s.metric(2, "dlm_fence_results_received_total{outcome=\"fenced\"}"),
+        1.0
+    );
 }
 
 #[test]
@@ -227,4 +253,11 @@ fn fence_ack_from_the_real_dlm_tool_ends_the_wait() {
     s.assert_restarted();
     // node 1 records node 2 (the sender of the acknowledgement) as the one that fenced it
     assert_eq!(fenced_by(&s.dlm_tool(1, &["status"])), 2);
+    assert_eq!(
+        s.metric(
+            1,
+            "dlm_fence_results_received_total{outcome=\"acknowledged\"}"
+        ),
+        1.0
+    );
 }
