@@ -306,6 +306,7 @@ pub(crate) async fn run(
         }
     };
     let mut quorum = ctx.quorum.clone();
+    let mut fenced = ctx.fencing.clone();
     let mut ls = Shell {
         metrics: LsMetrics::new(&text),
         core: LsCore::new(name, ctx.our, ctx.embedded),
@@ -361,6 +362,11 @@ pub(crate) async fn run(
                 }
             },
             Ok(()) = quorum.changed() => {
+                let a = ls.with_env(|core, env| core.poll(env));
+                ls.perform(a);
+            }
+            // a node fenced (or acknowledged): a change waiting for it goes on at once
+            Ok(()) = fenced.changed() => {
                 let a = ls.with_env(|core, env| core.poll(env));
                 ls.perform(a);
             }
