@@ -15,7 +15,7 @@ packages=(
     libdlmcontrol-dev             # libdlmcontrol.h (dlmc_lockspace, dlmc_node)
     corosync libcpg-dev libcmap-dev libquorum-dev libvotequorum-dev libcfg-dev
     iproute2                      # network namespaces for the multi-node tests
-    dlm-controld                  # the real dlm_tool 4.2.0, a client of our daemon in tests
+    dlm-controld                  # the real dlm_tool 4.2.0 (a client) and the C dlm_controld (a peer)
     systemd                       # systemd-analyze verifies systemd/dlm.service
     util-linux                    # setpriv: a non-root client of the main socket
 )

@@ -17,8 +17,8 @@ impl Drop for Daemon {
 }
 
 /// Starts `dlm_controld` (path `bin`) in network namespace `ns` on the fake kernel `k` under
-/// `root`, with corosync, `--foreground -f 0` (no fencing in this build) and `extra`
-/// options. corosync may still be forming its ring, so it retries for up to 30 tries of
+/// `root`, with corosync, `--foreground -f 0` (fencing off unless `extra` says `-f 1`) and
+/// `extra` options. corosync may still be forming its ring, so it retries for up to 30 tries of
 /// 3 s, as a service manager would.
 pub fn start_daemon_on_corosync(
     ns: &str,
@@ -41,6 +41,68 @@ pub fn start_daemon_on_corosync(
             .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let d = Daemon(child);
+        if k.wait_daemon(std::time::Duration::from_secs(3)) {
+            return Some(d);
+        }
+    }
+    None
+}
+
+/// Compiles `tests/shim/dlm_shim.c` (the LD_PRELOAD shim that runs the C daemon on a fake
+/// kernel) into `dir` with the system C compiler; returns the library's path.
+pub fn build_shim(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shim/dlm_shim.c");
+    let out = dir.join("dlm_shim.so");
+    let st = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-ldl")
+        .status()?;
+    if st.success() {
+        Ok(out)
+    } else {
+        Err(std::io::Error::other(format!("cc {}: {st}", src.display())))
+    }
+}
+
+/// Starts Debian's C `dlm_controld` 4.2.0 (`/usr/sbin/dlm_controld`, `-D`: foreground,
+/// debug to stderr, which goes to `log`) in network namespace `ns` on the fake kernel `k`,
+/// with `extra` options. It runs in the namespace's private mount namespace with a tmpfs on
+/// `/run` (its pid file) and the fake kernel's `sys/kernel` bound on `/sys/kernel`
+/// (configfs and sysfs by path), the `shim` preloaded for the plock device and uevents.
+/// Retries while corosync forms its ring, as [`start_daemon_on_corosync`].
+pub fn start_c_daemon(
+    ns: &str,
+    shim: &std::path::Path,
+    k: &FakeKernel,
+    extra: &[&str],
+    log: &std::path::Path,
+) -> Option<Daemon> {
+    let root = k.root().display().to_string();
+    let mut args = String::new();
+    for a in extra {
+        args.push(' ');
+        args.push_str(a);
+    }
+    let script = format!(
+        "mount -t tmpfs tmpfs /run && mount --bind {root}/sys/kernel /sys/kernel && \
+         exec env LD_PRELOAD={} DLM_FAKE_ROOT={root} /usr/sbin/dlm_controld -D{args}",
+        shim.display()
+    );
+    for _ in 0..30 {
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .ok()?;
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "sh", "-c", &script])
+            .stdout(std::process::Stdio::null())
+            .stderr(err)
             .spawn()
             .ok()?;
         let d = Daemon(child);

@@ -1,0 +1,373 @@
+//! A rolling upgrade: three real corosync nodes, our daemon on nodes 1 and 2, Debian's C
+//! `dlm_controld` 4.2.0 on node 3 (on its own fake kernel, through the LD_PRELOAD shim in
+//! `tests/shim/`). They negotiate the daemon protocol, join one lockspace with the same
+//! members everywhere, and share one plock table: locks taken on one kind of daemon block
+//! and are granted across to the other, `dlm_tool plocks` prints the same table on every
+//! node, a node joining later receives the table by state transfer from the other kind,
+//! and a failed node is fenced by ours with the C daemon waiting for the result.
+
+#[path = "../../cpg/tests/support/mod.rs"]
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_tests::{
+    Daemon, FakeKernel, Record, build_shim, configfs_members, start_c_daemon,
+    start_daemon_on_corosync,
+};
+use support::Cluster;
+
+const T: Duration = Duration::from_secs(30);
+
+const AGENT: &str = "#!/bin/sh
+input=$(cat)
+log=$(printf '%s\\n' \"$input\" | sed -n 's/^log=//p')
+printf '%s\\n' \"$input\" >> \"$log\"
+";
+
+fn fsid() -> u32 {
+    dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"))
+}
+
+fn req(op: PlockOp, owner: u64, number: u64, wait: bool, start: u64, end: u64) -> PlockInfo {
+    PlockInfo {
+        version: PLOCK_VERSION,
+        op,
+        ex: true,
+        wait,
+        flags: PlockFlags(0),
+        pid: u32::try_from(owner).expect("small"),
+        nodeid: 0,
+        rv: 0,
+        fsid: fsid(),
+        number,
+        start,
+        end,
+        owner,
+    }
+}
+
+fn reply(k: &FakeKernel) -> PlockInfo {
+    let raw = k.recv_plock_raw(T).expect("a reply");
+    PlockInfo::decode(&raw).expect("reply decodes")
+}
+
+fn control(records: &[Record]) -> Vec<u8> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Write(p, b) if p == "sys/kernel/dlm/foo/control" => Some(b.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .concat()
+}
+
+/// A fake kernel under `root` whose dlm.conf fences every node with the test agent.
+fn kernel_at(base: &Path, root: &Path) -> FakeKernel {
+    std::fs::create_dir_all(root.join("etc/dlm")).expect("etc");
+    std::fs::write(
+        root.join("etc/dlm/dlm.conf"),
+        format!(
+            "fence_all {} log={}\n",
+            base.join("agent.sh").display(),
+            base.join("fenced").display()
+        ),
+    )
+    .expect("dlm.conf");
+    FakeKernel::start(root).expect("fake kernel")
+}
+
+struct Mixed {
+    c: Cluster,
+    base: PathBuf,
+    shim: PathBuf,
+    kernels: Vec<FakeKernel>,
+    daemons: Vec<Option<Daemon>>,
+}
+
+impl Mixed {
+    /// Three corosync nodes and a fake kernel each; no daemons yet.
+    fn new(tag: &str) -> Self {
+        let c = Cluster::start(tag, 3);
+        let base = std::env::temp_dir().join(format!("dlm-mixed-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).expect("base");
+        let shim = build_shim(&base).expect("the LD_PRELOAD shim builds");
+        let agent = base.join("agent.sh");
+        std::fs::write(&agent, AGENT).expect("agent");
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let kernels = (1..=3)
+            .map(|k| kernel_at(&base, &base.join(format!("n{k}"))))
+            .collect();
+        Self {
+            c,
+            base,
+            shim,
+            kernels,
+            daemons: vec![None, None, None],
+        }
+    }
+
+    fn start_ours(&mut self, k: usize) {
+        let d = start_daemon_on_corosync(
+            &self.c.node_ns(k),
+            Path::new(env!("CARGO_BIN_EXE_dlm_controld")),
+            self.kernels[k - 1].root(),
+            &self.kernels[k - 1],
+            &["-f", "1", "-j", "1"],
+        )
+        .unwrap_or_else(|| panic!("our daemon {k} did not come up"));
+        self.daemons[k - 1] = Some(d);
+    }
+
+    fn c_log(&self, k: usize) -> PathBuf {
+        self.base.join(format!("c-daemon-{k}.log"))
+    }
+
+    fn start_c(&mut self, k: usize) {
+        let d = start_c_daemon(
+            &self.c.node_ns(k),
+            &self.shim,
+            &self.kernels[k - 1],
+            &["-f", "1", "-j", "1"],
+            &self.c_log(k),
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "the C daemon on node {k} did not come up:\n{}",
+                std::fs::read_to_string(self.c_log(k)).unwrap_or_default()
+            )
+        });
+        self.daemons[k - 1] = Some(d);
+    }
+
+    /// Node `k` is gone for good: its daemon and corosync killed.
+    fn kill(&mut self, k: usize) {
+        self.daemons[k - 1] = None;
+        self.c.signal(k, libc::SIGKILL);
+    }
+
+    /// Node `k` reboots: corosync again and a fresh fake kernel.
+    fn reboot(&mut self, k: usize) {
+        self.c.start_node(k);
+        let root = self.base.join(format!("n{k}-rebooted"));
+        self.kernels[k - 1] = kernel_at(&self.base, &root);
+    }
+
+    fn fenced(&self, node: u32) -> usize {
+        std::fs::read_to_string(self.base.join("fenced"))
+            .unwrap_or_default()
+            .matches(&format!("node={node}\n"))
+            .count()
+    }
+
+    /// Members `members` restarted the lockspace on each of `nodes`.
+    fn wait_restarted(&self, nodes: &[usize], members: &[u32]) {
+        for &k in nodes {
+            let fk = &self.kernels[k - 1];
+            let done = |r: &[Record]| {
+                configfs_members(r, "foo") == members && control(r).ends_with(b"1\x000\x001\x00")
+            };
+            assert!(
+                fk.wait_records(T, done),
+                "node {k}: members {:?} control {:?}",
+                configfs_members(&fk.records(), "foo"),
+                control(&fk.records()),
+            );
+        }
+    }
+
+    fn join(&self, k: usize) {
+        let fk = &self.kernels[k - 1];
+        let sent = fk.announce("foo").unwrap_or_else(|e| {
+            panic!(
+                "node {k}: announce: {e}\n{}",
+                std::fs::read_to_string(self.c_log(3)).unwrap_or_default()
+            )
+        });
+        assert!(sent, "node {k}: no daemon listens for uevents");
+        assert!(
+            fk.wait_joined("foo", T),
+            "node {k} did not join: {:?}\n{}",
+            fk.records(),
+            std::fs::read_to_string(self.c_log(3)).unwrap_or_default()
+        );
+    }
+
+    fn wait_members(&self, nodes: &[usize], members: &[u32]) {
+        for &k in nodes {
+            let fk = &self.kernels[k - 1];
+            assert!(
+                fk.wait_records(T, |r| configfs_members(r, "foo") == members),
+                "node {k}: members {:?}, want {members:?}\n{}",
+                configfs_members(&fk.records(), "foo"),
+                std::fs::read_to_string(self.c_log(3)).unwrap_or_default()
+            );
+        }
+    }
+
+    /// The real dlm_tool on node `k`.
+    fn dlm_tool(&self, k: usize, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.c.node_ns(k), "dlm_tool"])
+            .args(args)
+            .output()
+            .expect("dlm_tool");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `dlm_tool plocks foo` on every node in `nodes` prints the same non-empty table;
+    /// returns it.
+    fn same_table(&self, nodes: &[usize]) -> String {
+        let end = Instant::now() + T;
+        loop {
+            let t: Vec<String> = nodes
+                .iter()
+                .map(|&k| self.dlm_tool(k, &["plocks", "foo"]))
+                .collect();
+            if t.iter().all(|x| x == &t[0]) && !t[0].is_empty() {
+                return t[0].clone();
+            }
+            assert!(Instant::now() < end, "tables differ: {t:#?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Mixed {
+    fn drop(&mut self) {
+        self.daemons.clear();
+        self.kernels.clear();
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+#[test]
+fn c_and_rust_daemons_share_lockspaces_plocks_and_fencing() {
+    let mut m = Mixed::new("mix");
+    m.start_ours(1);
+    m.start_ours(2);
+    m.start_c(3);
+    for k in 1..=3 {
+        m.join(k);
+    }
+    m.wait_members(&[1, 2, 3], &[1, 2, 3]);
+    // every node wrote the same lockspace id to sysfs
+    for fk in &m.kernels {
+        let ids: Vec<Vec<u8>> = fk
+            .records()
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Write(p, b) if p == "sys/kernel/dlm/foo/id" => Some(b),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids, vec![b"1826763677\0".to_vec()]);
+    }
+
+    // the C node takes a write lock; ours on node 1 is refused, then waits
+    let (k1, k2, k3) = (&m.kernels[0], &m.kernels[1], &m.kernels[2]);
+    k3.send_plock(&req(PlockOp::LOCK, 33, 7, false, 0, 99))
+        .expect("send");
+    assert_eq!(reply(k3).rv, 0, "the C daemon grants a free range");
+    k1.send_plock(&req(PlockOp::LOCK, 11, 7, false, 50, 59))
+        .expect("send");
+    assert_eq!(reply(k1).rv, -11, "ours sees the C daemon's lock");
+    k1.send_plock(&req(PlockOp::LOCK, 11, 7, true, 50, 59))
+        .expect("send");
+    assert!(k1.recv_plock_raw(Duration::from_millis(500)).is_none());
+    // ours on node 2 holds another range; GET on the C node finds it
+    k2.send_plock(&req(PlockOp::LOCK, 22, 7, false, 200, 299))
+        .expect("send");
+    assert_eq!(reply(k2).rv, 0);
+    k3.send_plock(&req(PlockOp::GET, 34, 7, false, 250, 250))
+        .expect("send");
+    let g = reply(k3);
+    assert_eq!((g.rv, g.start, g.end, g.pid), (1, 200, 299, 22), "{g:?}");
+    // one table on every node, printed by the C daemon and ours alike
+    let t = m.same_table(&[1, 2, 3]);
+    assert_eq!(t.lines().count(), 3, "{t}");
+    // the C node unlocks: our waiter on node 1 is granted
+    k3.send_plock(&req(PlockOp::UNLOCK, 33, 7, false, 0, 99))
+        .expect("send");
+    assert_eq!(reply(k3).rv, 0);
+    let w = reply(k1);
+    assert_eq!((w.rv, w.wait, w.owner), (0, true, 11), "{w:?}");
+    m.same_table(&[1, 2, 3]);
+
+    // node 2's daemon dies: ours on node 1 fences it, the C daemon waits for the result
+    // and restarts the lockspace with nodes 1 and 3
+    m.kill(2);
+    m.wait_restarted(&[1, 3], &[1, 3]);
+    assert_eq!(m.fenced(2), 1);
+    let c = std::fs::read_to_string(m.c_log(3)).unwrap_or_default();
+    assert!(
+        c.contains("fence status 2 receive 0 from 1"),
+        "the C daemon took our FENCE_RESULT:\n{c}"
+    );
+    // node 2's lock is gone everywhere; node 1's granted lock stays
+    let t = m.same_table(&[1, 3]);
+    assert!(!t.contains("nodeid 2"), "{t}");
+    assert!(t.contains("nodeid 1"), "{t}");
+}
+
+#[test]
+fn state_transfer_both_ways_and_the_c_node_fenced() {
+    let mut m = Mixed::new("xfr");
+    m.start_c(1);
+    m.start_ours(2);
+    m.start_ours(3);
+    // the C daemon alone in the lockspace takes locks and queues a waiter
+    m.join(1);
+    let k1 = &m.kernels[0];
+    for (owner, start, end) in [(11, 0, 9), (11, 20, 29), (13, 100, 199)] {
+        k1.send_plock(&req(PlockOp::LOCK, owner, 9, false, start, end))
+            .expect("send");
+        assert_eq!(reply(k1).rv, 0);
+    }
+    k1.send_plock(&req(PlockOp::LOCK, 12, 9, true, 5, 25))
+        .expect("send");
+    assert!(k1.recv_plock_raw(Duration::from_millis(300)).is_none());
+    // ours join: the table comes from the C daemon (PLOCKS_DATA) and is the same
+    m.join(2);
+    m.join(3);
+    m.wait_members(&[1, 2, 3], &[1, 2, 3]);
+    let t = m.same_table(&[1, 2, 3]);
+    assert_eq!(t.lines().count(), 4, "3 locks and 1 waiter: {t}");
+    // and it is live in ours: a conflicting request is refused, a free one granted
+    let k2 = &m.kernels[1];
+    k2.send_plock(&req(PlockOp::LOCK, 21, 9, false, 150, 160))
+        .expect("send");
+    assert_eq!(reply(k2).rv, -11);
+    k2.send_plock(&req(PlockOp::LOCK, 21, 9, false, 300, 399))
+        .expect("send");
+    assert_eq!(reply(k2).rv, 0);
+
+    // the C node dies: ours fence it and purge its locks and its waiter
+    m.kill(1);
+    m.wait_restarted(&[2, 3], &[2, 3]);
+    assert_eq!(m.fenced(1), 1);
+    let t = m.same_table(&[2, 3]);
+    assert_eq!(t.lines().count(), 1, "{t}");
+
+    // it reboots and rejoins: now the table comes from ours to the C daemon
+    m.reboot(1);
+    m.start_c(1);
+    m.join(1);
+    m.wait_members(&[1, 2, 3], &[1, 2, 3]);
+    let t = m.same_table(&[1, 2, 3]);
+    assert!(t.contains("nodeid 2"), "{t}");
+    let k1 = &m.kernels[0];
+    k1.send_plock(&req(PlockOp::LOCK, 14, 9, false, 350, 350))
+        .expect("send");
+    assert_eq!(reply(k1).rv, -11, "the C daemon knows ours' lock");
+    k1.send_plock(&req(PlockOp::LOCK, 14, 9, false, 0, 9))
+        .expect("send");
+    assert_eq!(reply(k1).rv, 0, "the C daemon's old locks were purged");
+    m.same_table(&[1, 2, 3]);
+}
