@@ -4,7 +4,7 @@
 //! members everywhere, and share one plock table: locks taken on one kind of daemon block
 //! and are granted across to the other, `dlm_tool plocks` prints the same table on every
 //! node, a node joining later receives the table by state transfer from the other kind,
-//! and a failed node is fenced by ours with the C daemon waiting for the result.
+//! and a failed node is fenced by either kind with the other waiting for its result.
 
 #[path = "../../cpg/tests/support/mod.rs"]
 mod support;
@@ -370,4 +370,16 @@ fn state_transfer_both_ways_and_the_c_node_fenced() {
         .expect("send");
     assert_eq!(reply(k1).rv, 0, "the C daemon's old locks were purged");
     m.same_table(&[1, 2, 3]);
+
+    // now the C daemon is the lowest member: when node 3 dies it runs the agent, and ours
+    // restart only on its FENCE_RESULT
+    m.kill(3);
+    m.wait_restarted(&[1, 2], &[1, 2]);
+    assert_eq!(m.fenced(3), 1);
+    let st = m.dlm_tool(2, &["status"]);
+    assert!(
+        st.lines()
+            .any(|l| l.starts_with("node 3 X ") && l.contains(" at 1 ")),
+        "ours records node 3 as fenced by node 1:\n{st}"
+    );
 }
