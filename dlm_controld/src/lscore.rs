@@ -303,6 +303,17 @@ impl LsCore {
     }
 
     fn apply(&mut self, e: &LsEnv<'_>, from: u32, info: &PlockInfo, out: &mut Vec<Action>) {
+        if info.op == dlm_proto::kernel::PlockOp::CANCEL
+            && !self.mem.started_members_have(HeaderFlags::CANCEL_AWARE)
+        {
+            // a C 4.x member reads CANCEL as an unknown op and keeps the waiter: so do
+            // we, on every node alike (the members' START flags decide, in total order),
+            // and the originator answers -EINVAL as C does
+            if from == self.our {
+                out.push(Action::Reply(PlockInfo { rv: -22, ..*info }));
+            }
+            return;
+        }
         let mut replies = Vec::new();
         // a message from a node that lies about itself was checked above; the engine's
         // own refusal cannot happen here

@@ -281,6 +281,13 @@ impl Membership {
         self.changes.len()
     }
 
+    /// Every member of the started change sent `bit` in its START (false before any start).
+    pub fn started_members_have(&self, bit: u32) -> bool {
+        self.started
+            .as_ref()
+            .is_some_and(|c| c.members.iter().all(|m| m.start_flags & bit == bit))
+    }
+
     /// The kernel lockspace is stopped.
     pub fn kernel_stopped(&self) -> bool {
         self.kernel_stopped
@@ -618,7 +625,7 @@ impl Membership {
     }
 
     fn start_flags(&self) -> u32 {
-        let mut f = 0;
+        let mut f = HeaderFlags::CANCEL_AWARE;
         if self.joining {
             f |= HeaderFlags::JOINING;
         }

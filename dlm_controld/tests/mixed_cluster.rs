@@ -281,6 +281,12 @@ fn c_and_rust_daemons_share_lockspaces_plocks_and_fencing() {
     k1.send_plock(&req(PlockOp::LOCK, 11, 7, true, 50, 59))
         .expect("send");
     assert!(k1.recv_plock_raw(Duration::from_millis(500)).is_none());
+    // a kernel >= 6.6 cancels the wait: with a C 4.x member the lockspace treats CANCEL
+    // as C does (-EINVAL, the waiter stays) on every node, so the replicas stay equal
+    k1.send_plock(&req(PlockOp::CANCEL, 11, 7, false, 50, 59))
+        .expect("send");
+    let r = reply(k1);
+    assert_eq!((r.op, r.rv), (PlockOp::CANCEL, -22), "{r:?}");
     // ours on node 2 holds another range; GET on the C node finds it
     k2.send_plock(&req(PlockOp::LOCK, 22, 7, false, 200, 299))
         .expect("send");
@@ -354,6 +360,17 @@ fn state_transfer_both_ways_and_the_c_node_fenced() {
     assert_eq!(m.fenced(1), 1);
     let t = m.same_table(&[2, 3]);
     assert_eq!(t.lines().count(), 1, "{t}");
+    // ours only: CANCEL removes the waiter everywhere
+    let k2 = &m.kernels[1];
+    k2.send_plock(&req(PlockOp::LOCK, 23, 9, true, 300, 300))
+        .expect("send");
+    assert!(k2.recv_plock_raw(Duration::from_millis(300)).is_none());
+    assert_eq!(m.same_table(&[2, 3]).lines().count(), 2);
+    k2.send_plock(&req(PlockOp::CANCEL, 23, 9, false, 300, 300))
+        .expect("send");
+    let r = reply(k2);
+    assert_eq!((r.op, r.rv), (PlockOp::CANCEL, 0), "{r:?}");
+    assert_eq!(m.same_table(&[2, 3]).lines().count(), 1);
 
     // it reboots and rejoins: now the table comes from ours to the C daemon
     m.reboot(1);

@@ -134,6 +134,10 @@ impl HeaderFlags {
     pub const HAVEPLOCK: u32 = 2;
     /// `DLM_MFLG_NACK`: accompanies START, the sender refuses this change.
     pub const NACK: u32 = 4;
+    /// This project's extension, on START: the sender applies PLOCK messages with op
+    /// CANCEL (kernel ≥ 6.6). C 4.x daemons neither send nor read it; a lockspace treats
+    /// CANCEL as C does (unknown op) unless every member of the started change sent it.
+    pub const CANCEL_AWARE: u32 = 0x100;
 
     /// Whether every bit of `bit` is set.
     pub fn has(self, bit: u32) -> bool {
