@@ -226,7 +226,7 @@ fn plocks_across_nodes_and_state_transfer() {
 /// longer see, stays blocked (C would grant it at once).
 #[test]
 fn minority_partition_grants_nothing() {
-    let (c, base, kernels, daemons) = start_all("min");
+    let (mut c, base, kernels, daemons) = start_all("min");
     for k in &kernels {
         join(k);
     }
@@ -286,6 +286,13 @@ fn minority_partition_grants_nothing() {
     assert_eq!((mine.as_str(), code), (real.as_str(), Some(0)));
     let (_, code) = tool(&ours, &["ls", "--exit-code"]);
     assert_eq!(code, Some(4), "waiting for quorum");
+    // the link heals: node 1 comes back having run the lockspace while apart (a stateful
+    // merge); the quorate majority has corosync remove it from the cluster, as C does
+    c.link(1, true);
+    assert!(
+        c.exits_within(1, T),
+        "node 1's corosync was not told to leave after the merge"
+    );
     drop(daemons);
     drop(kernels);
     drop(c);

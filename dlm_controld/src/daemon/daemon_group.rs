@@ -61,6 +61,8 @@ pub(crate) struct DaemonGroup {
     pub(crate) quorum: Quorum,
     /// The embedded group has no quorum service: its own ring stands for the cluster's.
     pub(crate) embedded: bool,
+    /// Set by lockspace tasks when one starts: our PROTOCOL then says STATEFUL.
+    pub(crate) stateful: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DaemonGroup {
@@ -82,6 +84,7 @@ impl DaemonGroup {
             exits,
             quorum: Quorum::default(),
             embedded: false,
+            stateful: std::sync::Arc::default(),
         }
     }
 
@@ -96,6 +99,9 @@ impl DaemonGroup {
 
     /// One event of the daemon group.
     pub(crate) fn event(&mut self, ev: Event, services: Option<&CorosyncServices>) {
+        if self.stateful.load(std::sync::atomic::Ordering::Relaxed) {
+            self.proto.set_stateful();
+        }
         let env = self.env();
         let out = match ev {
             Event::ConfChg {

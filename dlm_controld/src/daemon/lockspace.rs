@@ -143,7 +143,13 @@ impl Shell {
                     members,
                     renew,
                     event_done,
-                } => self.start_kernel(write_id, &members, &renew, event_done),
+                } => {
+                    // set_protocol_stateful: this daemon now has lockspace state
+                    self.ctx
+                        .stateful
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    self.start_kernel(write_id, &members, &renew, event_done)
+                }
                 Action::Send(bytes) => {
                     self.metrics.sent.inc();
                     sent += 1;

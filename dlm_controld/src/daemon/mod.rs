@@ -482,6 +482,7 @@ async fn main_loop(
         quorum: qrx,
         fencing: facts,
         done: done_tx,
+        stateful: dg.stateful.clone(),
     };
     loop {
         if quit && registry.lock().is_ok_and(|m| m.is_empty()) {
@@ -619,6 +620,8 @@ pub(crate) struct LsContext {
     /// Fencing facts from the daemon group.
     pub(crate) fencing: watch::Receiver<FenceFacts>,
     pub(crate) done: mpsc::UnboundedSender<String>,
+    /// Set once any lockspace has started (`set_protocol_stateful`).
+    pub(crate) stateful: Arc<std::sync::atomic::AtomicBool>,
     /// The plock device, for replies (`None` with `enable_plock=0`).
     pub(crate) device: Option<Arc<MiscDevice>>,
 }
