@@ -42,6 +42,18 @@ pub enum Action {
     KickNode(u32),
     /// Our leave is complete: remove configfs members, `event_done` = 0, end the task.
     Left,
+    /// We sent our plock state to joining nodes: this many PLOCKS_DATA messages.
+    TransferSent {
+        /// PLOCKS_DATA messages.
+        messages: u32,
+    },
+    /// We received the plock state as a joiner.
+    TransferReceived {
+        /// PLOCKS_DATA messages restored.
+        messages: u32,
+        /// From the start of saving to PLOCKS_DONE, milliseconds.
+        ms: u64,
+    },
     /// A delivered message was dropped: log it once and count it.
     Dropped {
         /// Sender.
@@ -87,6 +99,10 @@ pub struct LsReport {
     pub waiters: usize,
     /// Inodes with plocks or waiters.
     pub resources: usize,
+    /// When the longest-waiting waiter started waiting (monotonic ms).
+    pub oldest_waiter_since_ms: Option<u64>,
+    /// Messages queued for the group, not yet taken by corosync (filled by the shell).
+    pub send_queue: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -110,6 +126,8 @@ pub struct LsCore {
     /// Plock messages are saved until the transfer ends (`save_plocks`).
     save_plocks: bool,
     saved: Vec<(u32, PlockInfo)>,
+    /// While receiving the state: when saving began (ms) and PLOCKS_DATA restored.
+    transfer: Option<(u64, u32)>,
     held: Vec<Held>,
     left: bool,
 }
@@ -130,6 +148,7 @@ impl LsCore {
             need_plocks: true,
             save_plocks: false,
             saved: Vec::new(),
+            transfer: None,
             held: Vec::new(),
             left: false,
         }
@@ -256,6 +275,9 @@ impl LsCore {
             Body::PlocksData(d) if self.need_plocks && self.save_plocks => {
                 // a refused chunk is dropped; the digest of the joiner shows it
                 let _ = self.plocks.restore(e.now_ms, d.resource, d.entries());
+                if let Some((_, n)) = self.transfer.as_mut() {
+                    *n += 1;
+                }
             }
             Body::PlocksDone(_) if self.need_plocks && self.save_plocks => {
                 self.finish_transfer(e, &mut out);
@@ -394,6 +416,7 @@ impl LsCore {
         }
         if self.need_plocks {
             self.save_plocks = true;
+            self.transfer.get_or_insert((e.now_ms, 0));
             return;
         }
         if data_node != self.our {
@@ -418,6 +441,9 @@ impl LsCore {
             }
         }
         out.push(Action::Send(self.plocks_done(seq, sent, &body)));
+        if nodes_added {
+            out.push(Action::TransferSent { messages: sent });
+        }
     }
 
     fn plocks_done(&self, seq: u32, count: u32, body: &StartBody) -> Vec<u8> {
@@ -432,6 +458,12 @@ impl LsCore {
 
     /// The transfer is over (or not needed): replay what was saved.
     fn finish_transfer(&mut self, e: &LsEnv<'_>, out: &mut Vec<Action>) {
+        if let Some((t0, messages)) = self.transfer.take() {
+            out.push(Action::TransferReceived {
+                messages,
+                ms: e.now_ms.saturating_sub(t0),
+            });
+        }
         self.need_plocks = false;
         self.save_plocks = false;
         self.mem.plocks_ready();
@@ -494,6 +526,8 @@ impl LsCore {
             locks: self.plocks.lock_count(),
             waiters: self.plocks.waiter_count(),
             resources: self.plocks.resource_count(),
+            oldest_waiter_since_ms: self.plocks.oldest_waiter_since(),
+            send_queue: 0,
         }
     }
 }

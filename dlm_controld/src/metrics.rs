@@ -44,6 +44,18 @@ pub struct Metrics {
     pub query_seconds: HistogramVec,
     /// Lines logged at error level (bad input included).
     pub errors: IntCounter,
+    /// State transfers by lockspace and role (sent, received).
+    pub transfers: IntCounterVec,
+    /// PLOCKS_DATA messages of state transfers, by lockspace and role.
+    pub transfer_messages: IntCounterVec,
+    /// A joiner's wait for the plock state, by lockspace.
+    pub transfer_seconds: HistogramVec,
+    /// corosync TRY_AGAIN on a lockspace's send queue, by lockspace.
+    pub try_again: IntCounterVec,
+    /// Messages queued for a lockspace's group (at scrape).
+    pub send_queue: IntGaugeVec,
+    /// Age of the longest-waiting plock waiter, by lockspace (at scrape; 0 with none).
+    pub oldest_waiter: prometheus::GaugeVec,
     /// Fence agents started here, by device.
     pub fence_attempts: IntCounterVec,
     /// Fence agents that ended here, by outcome (success, failure).
@@ -185,6 +197,48 @@ impl Metrics {
                 "dlm_errors_total",
                 "Lines logged at error level, bad input included",
             ),
+            transfers: counter_vec(
+                &r,
+                "dlm_plock_transfers_total",
+                "Plock state transfers to joining nodes (sent) and as a joiner (received)",
+                &["lockspace", "role"],
+            ),
+            transfer_messages: counter_vec(
+                &r,
+                "dlm_plock_transfer_messages_total",
+                "PLOCKS_DATA messages of state transfers",
+                &["lockspace", "role"],
+            ),
+            transfer_seconds: histogram_vec(
+                &r,
+                "dlm_plock_transfer_seconds",
+                "A joiner's wait for the plock state, from the start of saving to PLOCKS_DONE",
+                &["lockspace"],
+            ),
+            try_again: counter_vec(
+                &r,
+                "dlm_cpg_try_again_total",
+                "Times corosync answered TRY_AGAIN to a lockspace's queued messages",
+                &["lockspace"],
+            ),
+            send_queue: gauge_vec(
+                &r,
+                "dlm_cpg_send_queue",
+                "Messages queued for a lockspace's group, not yet taken by corosync",
+                &["lockspace"],
+            ),
+            oldest_waiter: {
+                let g = prometheus::GaugeVec::new(
+                    Opts::new(
+                        "dlm_plock_oldest_waiter_seconds",
+                        "How long the longest-waiting blocked plock request has waited (0: none)",
+                    ),
+                    &["lockspace"],
+                )
+                .unwrap_or_else(|e| unreachable!("metric: {e}"));
+                let _ = r.register(Box::new(g.clone()));
+                g
+            },
             fence_attempts: counter_vec(
                 &r,
                 "dlm_fence_agent_runs_total",
@@ -232,9 +286,11 @@ impl Metrics {
             &self.resources,
             &self.members,
             &self.change_seq,
+            &self.send_queue,
         ] {
             let _ = v.remove_label_values(&[lockspace]);
         }
+        let _ = self.oldest_waiter.remove_label_values(&[lockspace]);
         for c in CONDITIONS {
             let _ = self.waiting.remove_label_values(&[lockspace, c]);
         }
@@ -314,6 +370,14 @@ mod tests {
         m.fence_received.with_label_values(&["fenced"]).inc();
         m.need_fencing.set(1);
         m.daemon_dropped.inc();
+        m.transfers.with_label_values(&["t", "sent"]).inc();
+        m.transfer_messages
+            .with_label_values(&["t", "received"])
+            .inc();
+        m.transfer_seconds.with_label_values(&["t"]).observe(0.1);
+        m.try_again.with_label_values(&["t"]).inc();
+        m.send_queue.with_label_values(&["t"]).set(5);
+        m.oldest_waiter.with_label_values(&["t"]).set(1.5);
         let text = String::from_utf8(m.encode()).expect("utf8");
         for name in [
             "dlm_plock_requests_total",
@@ -337,6 +401,12 @@ mod tests {
             "dlm_fence_results_received_total",
             "dlm_nodes_need_fencing",
             "dlm_daemon_messages_dropped_total",
+            "dlm_plock_transfers_total",
+            "dlm_plock_transfer_messages_total",
+            "dlm_plock_transfer_seconds",
+            "dlm_cpg_try_again_total",
+            "dlm_cpg_send_queue",
+            "dlm_plock_oldest_waiter_seconds",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {name} ")),

@@ -216,6 +216,8 @@ impl Sim {
                 Action::StopKernel
                 | Action::StartKernel { .. }
                 | Action::KickNode(_)
+                | Action::TransferSent { .. }
+                | Action::TransferReceived { .. }
                 | Action::Left => {}
             }
         }

@@ -12,7 +12,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-use dlm_tests::{Daemon, FakeKernel, Record, configfs_members, start_daemon_on_corosync};
+use dlm_tests::{
+    Daemon, FakeKernel, Record, configfs_members, metric_in_ns, start_daemon_on_corosync,
+};
 use support::Cluster;
 
 const T: Duration = Duration::from_secs(30);
@@ -168,7 +170,7 @@ fn join(k: &FakeKernel) {
 /// and a node that joins later receives the whole table (state transfer).
 #[test]
 fn plocks_across_nodes_and_state_transfer() {
-    let (_c, base, kernels, daemons) = start_all("plk");
+    let (c, base, kernels, daemons) = start_all("plk");
     join(&kernels[0]);
     join(&kernels[1]);
     assert!(kernels[1].wait_records(T, |r| members(r) == vec![1, 2]));
@@ -182,6 +184,12 @@ fn plocks_across_nodes_and_state_transfer() {
     assert_eq!(reply(k2).rv, -11);
     k2.send_plock(&req(PlockOp::LOCK, 8, 5, true, 5, 5))
         .expect("send");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let age = metric_in_ns(
+        &c.node_ns(2),
+        "dlm_plock_oldest_waiter_seconds{lockspace=\"foo\"}",
+    );
+    assert!(age >= 1.0, "node 2's waiter has waited {age} s");
     for n in 100..150u64 {
         k1.send_plock(&req(PlockOp::LOCK, 9, n, false, n, n + 1))
             .expect("send");
@@ -202,6 +210,31 @@ fn plocks_across_nodes_and_state_transfer() {
         .expect("send");
     let g = reply(k3);
     assert_eq!((g.rv, g.start, g.end), (1, 123, 124));
+    // node 1 (the lowest with the state) sent it twice (an empty table to node 2, then
+    // 51 resources to node 3); node 3 received it once
+    let m = |k: usize, s: &str| metric_in_ns(&c.node_ns(k), s);
+    let sent = "dlm_plock_transfers_total{lockspace=\"foo\",role=\"sent\"}";
+    assert_eq!(m(1, sent), 2.0);
+    let sent = "dlm_plock_transfer_messages_total{lockspace=\"foo\",role=\"sent\"}";
+    assert_eq!(m(1, sent), 51.0);
+    assert_eq!(
+        m(
+            3,
+            "dlm_plock_transfers_total{lockspace=\"foo\",role=\"received\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            3,
+            "dlm_plock_transfer_messages_total{lockspace=\"foo\",role=\"received\"}"
+        ),
+        51.0
+    );
+    assert_eq!(
+        m(3, "dlm_plock_transfer_seconds_count{lockspace=\"foo\"}"),
+        1.0
+    );
     // node 1 unlocks: node 2's waiter is granted on node 2, and node 3 agrees
     k1.send_plock(&req(PlockOp::UNLOCK, 7, 5, false, 0, 9))
         .expect("send");

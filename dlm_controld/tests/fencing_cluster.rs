@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dlm_tests::{Daemon, FakeKernel, Record, configfs_members, start_daemon_on_corosync};
+use dlm_tests::{
+    Daemon, FakeKernel, Record, configfs_members, metric_in_ns, start_daemon_on_corosync,
+};
 use support::Cluster;
 
 const T: Duration = Duration::from_secs(30);
@@ -150,18 +152,7 @@ impl Setup {
 
     /// One series of node `node`'s metrics endpoint (0 when absent).
     fn metric(&self, node: usize, series: &str) -> f64 {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.c.node_ns(node), "bash", "-c"])
-            .arg(
-                "exec 3<>/dev/tcp/127.0.0.1/9465; \
-                 printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3",
-            )
-            .output()
-            .expect("metrics");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or(0.0)
+        metric_in_ns(&self.c.node_ns(node), series)
     }
 
     /// The survivors have stopped foo and not started it again.

@@ -94,6 +94,11 @@ impl<T> Arena<T> {
         &mut self.nodes[s as usize]
     }
 
+    /// Every live value, in slot order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> + '_ {
+        self.nodes.iter().filter_map(|n| n.value.as_ref())
+    }
+
     /// Slots in use.
     pub(crate) fn live(&self) -> usize {
         self.nodes.len() - self.free.len()

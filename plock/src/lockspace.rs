@@ -233,6 +233,12 @@ impl Lockspace {
         self.waiters.live()
     }
 
+    /// When the longest-waiting waiter started waiting (local monotonic ms), if any. Scans
+    /// the waiters (not the locks): for scrapes and queries, not the hot path.
+    pub fn oldest_waiter_since(&self) -> Option<u64> {
+        self.waiters.values().map(|w| w.since).min()
+    }
+
     /// Bytes held by the table's own structures (slabs and maps, estimated for the maps).
     pub fn approx_heap_bytes(&self) -> usize {
         // B-tree entries cost their size plus roughly half again in node slack and edges.

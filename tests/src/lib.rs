@@ -51,6 +51,25 @@ pub fn start_daemon_on_corosync(
     None
 }
 
+/// One series of the metrics endpoint (127.0.0.1:9465) of the daemon in network namespace
+/// `ns`, e.g. `dlm_plock_locks{lockspace="foo"}`; 0 when absent or unreachable.
+pub fn metric_in_ns(ns: &str, series: &str) -> f64 {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "bash", "-c"])
+        .arg(
+            "exec 3<>/dev/tcp/127.0.0.1/9465; \
+             printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3",
+        )
+        .output();
+    out.map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    })
+    .unwrap_or(0.0)
+}
+
 /// Compiles `tests/shim/dlm_shim.c` (the LD_PRELOAD shim that runs the C daemon on a fake
 /// kernel) into `dir` with the system C compiler; returns the library's path.
 pub fn build_shim(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {

@@ -78,6 +78,11 @@ struct LsMetrics {
     replies: Vec<prometheus::IntCounter>,
     /// wait=false, wait=true.
     seconds: [prometheus::Histogram; 2],
+    /// role sent, received.
+    transfers: [prometheus::IntCounter; 2],
+    transfer_messages: [prometheus::IntCounter; 2],
+    transfer_seconds: prometheus::Histogram,
+    try_again: prometheus::IntCounter,
 }
 
 impl LsMetrics {
@@ -99,6 +104,16 @@ impl LsMetrics {
                 m.plock_seconds.with_label_values(&[ls, "false"]),
                 m.plock_seconds.with_label_values(&[ls, "true"]),
             ],
+            transfers: [
+                m.transfers.with_label_values(&[ls, "sent"]),
+                m.transfers.with_label_values(&[ls, "received"]),
+            ],
+            transfer_messages: [
+                m.transfer_messages.with_label_values(&[ls, "sent"]),
+                m.transfer_messages.with_label_values(&[ls, "received"]),
+            ],
+            transfer_seconds: m.transfer_seconds.with_label_values(&[ls]),
+            try_again: m.try_again.with_label_values(&[ls]),
         }
     }
 }
@@ -173,6 +188,23 @@ impl Shell {
                     Ok(())
                 }
                 Action::KickNode(_) => Ok(()),
+                Action::TransferSent { messages } => {
+                    self.metrics.transfers[0].inc();
+                    self.metrics.transfer_messages[0].inc_by(u64::from(messages));
+                    crate::log_group!(&self.text, "send_plocks_data done {messages} messages");
+                    Ok(())
+                }
+                Action::TransferReceived { messages, ms } => {
+                    self.metrics.transfers[1].inc();
+                    self.metrics.transfer_messages[1].inc_by(u64::from(messages));
+                    #[allow(clippy::cast_precision_loss)] // milliseconds, far below 2^52
+                    self.metrics.transfer_seconds.observe(ms as f64 / 1000.0);
+                    crate::log_group!(
+                        &self.text,
+                        "receive_plocks_done {messages} messages in {ms} ms"
+                    );
+                    Ok(())
+                }
                 Action::Dropped { from, why } => {
                     self.metrics.dropped.inc();
                     crate::log_error!("{}: dropped a message from node {from}: {why}", self.text);
@@ -347,7 +379,9 @@ pub(crate) async fn run(
                     ls.perform(a);
                 }
                 Some(LsCommand::Query(reply)) => {
-                    let _ = reply.send(ls.core.report());
+                    let mut r = ls.core.report();
+                    r.send_queue = ls.group.queued();
+                    let _ = reply.send(r);
                 }
                 Some(LsCommand::DumpPlocks(reply, ages)) => {
                     let _ = reply.send(dump_text(ls.core.plocks(), ages));
@@ -389,7 +423,12 @@ pub(crate) async fn run(
         }
         ls.drain();
         match ls.group.flush_some(SEND_PER_TURN) {
-            Ok(f) => last_flush = f,
+            Ok(f) => {
+                if f == Flush::PushedBack {
+                    ls.metrics.try_again.inc();
+                }
+                last_flush = f;
+            }
             Err(e) => crate::log_error!("{text}: multicast: {e}"),
         }
     }

@@ -31,6 +31,14 @@ async fn refresh(reg: &Registry) {
         m.locks.with_label_values(&n).set(as_i64(r.locks));
         m.waiters.with_label_values(&n).set(as_i64(r.waiters));
         m.resources.with_label_values(&n).set(as_i64(r.resources));
+        m.send_queue.with_label_values(&n).set(as_i64(r.send_queue));
+        let age_ms = r
+            .oldest_waiter_since_ms
+            .map_or(0, |t| crate::clock::monotonic_ms().saturating_sub(t));
+        #[allow(clippy::cast_precision_loss)] // milliseconds, far below 2^52
+        m.oldest_waiter
+            .with_label_values(&n)
+            .set(age_ms as f64 / 1000.0);
         m.members.with_label_values(&n).set(as_i64(r.members.len()));
         m.change_seq
             .with_label_values(&n)

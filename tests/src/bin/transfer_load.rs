@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::query::{Command as Cmd, DlmcHeader, QUERY_SOCK_NAME};
-use dlm_tests::{FakeKernel, enter_netns, start_daemon_on_corosync};
+use dlm_tests::{FakeKernel, enter_netns, metric_in_ns, start_daemon_on_corosync};
 
 fn query(cmd: Cmd) -> Option<Duration> {
     let t = Instant::now();
@@ -169,6 +169,17 @@ fn main() -> ExitCode {
             m.as_micros()
         );
     }
+    let ns1 = c.node_ns(1);
+    let ns2 = c.node_ns(2);
+    println!(
+        "metrics: node 1 sent {} PLOCKS_DATA messages, corosync said TRY_AGAIN {} times; node 2 waited {:.2} s for the state (dlm_plock_transfer_seconds_sum)",
+        metric_in_ns(
+            &ns1,
+            "dlm_plock_transfer_messages_total{lockspace=\"big\",role=\"sent\"}"
+        ),
+        metric_in_ns(&ns1, "dlm_cpg_try_again_total{lockspace=\"big\"}"),
+        metric_in_ns(&ns2, "dlm_plock_transfer_seconds_sum{lockspace=\"big\"}"),
+    );
     lat.sort_unstable();
     if !lat.is_empty() {
         let p = |pm: usize| lat[(lat.len() - 1) * pm / 1000].as_micros();
