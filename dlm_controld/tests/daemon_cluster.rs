@@ -184,7 +184,7 @@ fn plocks_across_nodes_and_state_transfer() {
     assert_eq!(reply(k2).rv, -11);
     k2.send_plock(&req(PlockOp::LOCK, 8, 5, true, 5, 5))
         .expect("send");
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::thread::sleep(Duration::from_millis(1100));
     let age = metric_in_ns(
         &c.node_ns(2),
         "dlm_plock_oldest_waiter_seconds{lockspace=\"foo\"}",
