@@ -13,4 +13,5 @@ pub mod lscore;
 pub mod membership;
 pub mod metrics;
 pub mod rate;
+pub mod run;
 pub mod status;

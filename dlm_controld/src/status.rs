@@ -43,6 +43,8 @@ pub struct DaemonStatus {
     pub nodes: Vec<(u32, NodeStatus)>,
     /// Startup nodes not yet seen.
     pub startup: Vec<u32>,
+    /// The `dlm_tool run_list` text.
+    pub run_list: String,
 }
 
 impl DaemonStatus {

@@ -116,6 +116,61 @@ pub(crate) fn send_main(request: &Request) -> Result<(), ClientError> {
     Ok(())
 }
 
+/// `dlmc_run_start`: (rv, uuid) from the reply header.
+pub(crate) fn run_start(
+    command: &[u8],
+    dest: i32,
+    flags: u32,
+) -> Result<(i32, String), ClientError> {
+    use dlm_proto::query::RunStartFlags;
+    let mut s = connect(MAIN_SOCK_NAME)?;
+    let req = Request::RunStart {
+        dest_nodeid: dest,
+        flags: RunStartFlags(flags),
+        command: command.to_vec(),
+    };
+    s.write_all(&req.encode())?;
+    let h = read_header(&mut s)?;
+    let end = h.name.iter().position(|&b| b == 0).unwrap_or(h.name.len());
+    Ok((h.data, String::from_utf8_lossy(&h.name[..end]).into_owned()))
+}
+
+/// `dlmc_run_check`: (rv, status); with `wait_sec`, asks again every second while the
+/// run is still waiting, for up to that long.
+pub(crate) fn run_check(uuid: &str, wait_sec: u64, flags: u32) -> Result<(i32, u32), ClientError> {
+    use dlm_proto::query::{RunCheckFlags, RunStatus};
+    let mut s = connect(MAIN_SOCK_NAME)?;
+    let req = Request::RunCheck {
+        uuid: uuid.as_bytes().to_vec(),
+        flags: RunCheckFlags(flags),
+    };
+    let started = std::time::Instant::now();
+    loop {
+        s.write_all(&req.encode())?;
+        let h = read_header(&mut s)?;
+        let mut st = [0u8; 4];
+        s.read_exact(&mut st)?;
+        let status = u32::from_ne_bytes(st);
+        if status & RunStatus::WAITING != 0
+            && wait_sec > 0
+            && started.elapsed().as_secs() < wait_sec
+        {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            continue;
+        }
+        return Ok((h.data, status));
+    }
+}
+
+fn read_header(s: &mut UnixStream) -> Result<DlmcHeader, ClientError> {
+    let mut hb = [0u8; HEADER_SIZE];
+    s.read_exact(&mut hb).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => ClientError::NoReply,
+        _ => ClientError::Io(e),
+    })?;
+    Ok(DlmcHeader::decode(&hb)?)
+}
+
 /// `dlmc_lockspace_info`.
 pub(crate) fn lockspace_info(name: &[u8]) -> Result<DlmcLockspace, ClientError> {
     let (h, p) = exchange(&DlmcHeader::new(Command::LOCKSPACE_INFO).with_name(name))?;

@@ -35,6 +35,15 @@ enum Op {
     ReloadConfig,
     SetConfig(String),
     FenceAck(i32),
+    /// run (start then check), run_start, run_check / run_cancel of `uuid`.
+    Run {
+        start: Option<Vec<u8>>,
+        check: bool,
+        uuid: Option<String>,
+        cancel: bool,
+        all: bool,
+        wait_sec: u64,
+    },
     Dump {
         command: Command,
         json: bool,
@@ -54,7 +63,13 @@ Commands served by this build:
   dump            the daemon's debug buffer
   dump_config     every option with its value and where it came from
   log_plock       the plock debug buffer
-  run_list        commands started by `dlm_tool run` (none: no run helper yet)
+  run <command>   run a command on every node (the daemon allows only `lvm lvchange
+                  --refresh ...` and `lvm lvs ...`, as C): start it, then check it
+                  (-n: on this node too; -i <sec>: check again every second until
+                  done or <sec> passed)
+  run_start <command>, run_check <uuid>, run_cancel <uuid>  the two halves, and
+                  forgetting a run (need root)
+  run_list        commands started by `dlm_tool run`
   reload_config   re-read dlm.conf (needs root)
   set_config k=v ...  change settable options at run time; k=restore, restore_all
                   (needs root)
@@ -62,8 +77,7 @@ Commands served by this build:
                   down by hand); lockspaces waiting for it go on (needs root)
 
 Not yet in this build (use the C dlm_tool): join, leave, joinleave,
-  deadlock_check, lockdump, lockdebug, run, run_start, run_check,
-  run_cancel
+  deadlock_check, lockdump, lockdebug
 
 Options:
   -n              with ls, also every node the lockspace has seen
@@ -81,10 +95,6 @@ const NOT_YET: &[&str] = &[
     "deadlock_check",
     "lockdump",
     "lockdebug",
-    "run",
-    "run_start",
-    "run_check",
-    "run_cancel",
 ];
 
 /// getopt("MhVnm:e:f:vwsi:") with GNU permutation, then the first known command word and
@@ -94,6 +104,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
     let mut verbose = false;
     let mut json = false;
     let mut exit_code = false;
+    let mut wait_sec = 0u64;
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -123,8 +134,17 @@ fn parse(args: &[String]) -> Result<Op, String> {
                 'V' => return Ok(Op::Version),
                 'm' | 'e' | 'f' | 'i' => {
                     // the argument is the rest of this word or the next word
-                    if opts.len() == i + 1 && it.next().is_none() {
-                        return Err(format!("option -{c} requires an argument"));
+                    let arg = if opts.len() == i + 1 {
+                        match it.next() {
+                            Some(a) => a.clone(),
+                            None => return Err(format!("option -{c} requires an argument")),
+                        }
+                    } else {
+                        opts[i + 1..].to_owned()
+                    };
+                    if c == 'i' {
+                        // atoi: a bad number is 0
+                        wait_sec = arg.parse().unwrap_or(0);
                     }
                     break;
                 }
@@ -143,6 +163,10 @@ fn parse(args: &[String]) -> Result<Op, String> {
         "reload_config",
         "set_config",
         "fence_ack",
+        "run",
+        "run_start",
+        "run_check",
+        "run_cancel",
     ];
     let Some(at) = words
         .iter()
@@ -163,6 +187,34 @@ fn parse(args: &[String]) -> Result<Op, String> {
             .ok_or_else(|| "lockspace name required".to_owned()),
         "status" => Ok(Op::Status { verbose, json }),
         "reload_config" => Ok(Op::ReloadConfig),
+        "run" | "run_start" => {
+            // every word after the command, each followed by a space, as C builds it
+            let text: String = words[at + 1..].iter().map(|w| format!("{w} ")).collect();
+            if text.is_empty() {
+                return Err("run needs a command".to_owned());
+            }
+            if text.len() >= dlm_proto::query::EXTRA_SIZE {
+                return Err("command too long".to_owned());
+            }
+            Ok(Op::Run {
+                start: Some(text.into_bytes()),
+                check: words[at] == "run",
+                uuid: None,
+                cancel: false,
+                all,
+                wait_sec,
+            })
+        }
+        "run_check" | "run_cancel" => name
+            .map(|u| Op::Run {
+                start: None,
+                check: true,
+                uuid: Some(u),
+                cancel: words[at] == "run_cancel",
+                all,
+                wait_sec,
+            })
+            .ok_or_else(|| "run uuid required".to_owned()),
         "fence_ack" => name
             .as_deref()
             .and_then(|n| n.parse::<i32>().ok())
@@ -286,6 +338,66 @@ fn list(name: Option<&str>, all: bool, as_json: bool) -> Result<Listing, ClientE
     Ok(Listing { out, code })
 }
 
+/// `do_run`: start (printing `run_uuid: <uuid>`), then check (printing `check_status: `
+/// and the status words), as C's tool prints them.
+fn run(
+    start: Option<&[u8]>,
+    check: bool,
+    uuid: Option<String>,
+    cancel: bool,
+    (all, wait_sec): (bool, u64),
+) -> ExitCode {
+    use dlm_proto::query::{RunCheckFlags, RunStartFlags, RunStatus};
+    let mut out = String::new();
+    let check_uuid = match (start, uuid) {
+        (Some(cmd), _) => {
+            let flags = if all {
+                RunStartFlags::NODE_RECV
+            } else {
+                RunStartFlags::NODE_NONE
+            };
+            let u = match client::run_start(cmd, 0, flags) {
+                Ok((_, u)) => u,
+                Err(e) => {
+                    let _ = write_out(b"run_uuid: \n");
+                    return fail(&e);
+                }
+            };
+            out.push_str(&format!("run_uuid: {u}\n"));
+            if !check {
+                return write_out(out.as_bytes());
+            }
+            u
+        }
+        (None, Some(u)) => u,
+        (None, None) => return fail(&"run uuid required"),
+    };
+    let flags = if cancel {
+        RunCheckFlags::CANCEL
+    } else {
+        RunCheckFlags::CLEAR
+    };
+    let status = match client::run_check(&check_uuid, wait_sec, flags) {
+        Ok((_, st)) => st,
+        Err(e) => {
+            let _ = write_out(out.as_bytes());
+            return fail(&e);
+        }
+    };
+    out.push_str("check_status: ");
+    for (bit, word) in [
+        (RunStatus::WAITING, "waiting "),
+        (RunStatus::DONE, "done "),
+        (RunStatus::FAILED, "failed "),
+    ] {
+        if status & bit != 0 {
+            out.push_str(word);
+        }
+    }
+    out.push('\n');
+    write_out(out.as_bytes())
+}
+
 fn write_out(bytes: &[u8]) -> ExitCode {
     let mut o = std::io::stdout().lock();
     if o.write_all(bytes).and_then(|()| o.flush()).is_err() {
@@ -375,6 +487,14 @@ fn main() -> ExitCode {
                 fail(&e)
             }
         },
+        Op::Run {
+            start,
+            check,
+            uuid,
+            cancel,
+            all,
+            wait_sec,
+        } => run(start.as_deref(), check, uuid, cancel, (all, wait_sec)),
         // as C: nothing printed, no reply awaited
         Op::FenceAck(nodeid) => match client::send_main(&Request::FenceAck { nodeid }) {
             Ok(()) => ExitCode::SUCCESS,

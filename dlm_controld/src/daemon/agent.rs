@@ -72,6 +72,87 @@ pub(crate) fn spawn(
     pid
 }
 
+/// A `dlm_tool run` command ended here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RunExit {
+    /// The run.
+    pub(crate) uuid: String,
+    /// Its process id (0 when not started).
+    pub(crate) pid: i32,
+    /// Exit status, or the signal that ended it (`waitid`'s `si_status`).
+    pub(crate) result: i32,
+}
+
+/// Runs one `dlm_tool run` command (helper.c `exec_command`): only `lvm lvchange
+/// --refresh ...` and `lvm lvs ...`, tokenized as C does; anything else ends with status 1
+/// without running. Its end is sent on `exits`.
+pub(crate) fn run_command(uuid: String, command: &str, exits: mpsc::UnboundedSender<RunExit>) {
+    use std::os::unix::process::ExitStatusExt;
+    let av = crate::run::tokenize(command);
+    let id = crate::run::cmd_id(&av);
+    let refused = RunExit {
+        uuid: uuid.clone(),
+        pid: 0,
+        result: 1,
+    };
+    if id == 0 {
+        crate::log_error!("run {uuid}: not an allowed command: {command}");
+        let _ = exits.send(refused);
+        return;
+    }
+    let mut cmd = tokio::process::Command::new(&av[0]);
+    cmd.args(&av[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            crate::log_error!("run {uuid}: {}: {e}", av[0]);
+            let _ = exits.send(refused);
+            return;
+        }
+    };
+    let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    crate::log_debug!("helper run {uuid} pid {pid} cmd_id {id} {command}");
+    tokio::spawn(async move {
+        let result = match child.wait().await {
+            Ok(s) => s.code().or_else(|| s.signal()).unwrap_or(1),
+            Err(_) => 1,
+        };
+        if result != 0 {
+            crate::log_error!("run error {uuid} id {id} pid {pid} status {result}");
+        }
+        let _ = exits.send(RunExit { uuid, pid, result });
+    });
+}
+
+/// A random lowercase version-4 uuid (`uuid_generate` + `uuid_unparse_lower`).
+pub(crate) fn new_uuid() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if read.is_err() {
+        // no urandom: time and pid still make the uuid unique on this node
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        b[..16].copy_from_slice(&t.to_le_bytes());
+        b[12..16].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
 /// Kills an agent we no longer need (`fence_pid_cancel`); its task reaps it.
 pub(crate) fn cancel(nodeid: u32, pid: u32) {
     crate::log_debug!("fence_pid_cancel nodeid {nodeid} pid {pid} sigkill");

@@ -16,7 +16,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 /// What the main task must do for a client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum ControlCmd {
     /// `dlm_tool reload_config`.
     Reload,
@@ -24,6 +24,26 @@ pub(crate) enum ControlCmd {
     SetConfig(String),
     /// `dlm_tool fence_ack <nodeid>`.
     FenceAck(u32),
+    /// `dlm_tool run`: rv and the run's uuid.
+    RunStart {
+        /// Node to run on, 0 all.
+        dest: i32,
+        /// `RUN_START_NODE_*`.
+        flags: u32,
+        /// The command line.
+        command: Vec<u8>,
+        /// (rv, uuid).
+        reply: tokio::sync::oneshot::Sender<(i32, String)>,
+    },
+    /// `dlm_tool run_check`: rv and the status bits.
+    RunCheck {
+        /// The run.
+        uuid: String,
+        /// `RUN_CHECK_*`.
+        flags: u32,
+        /// (rv, status).
+        reply: tokio::sync::oneshot::Sender<(i32, u32)>,
+    },
 }
 
 /// Binds the abstract main socket (address length 12, no trailing NUL).
@@ -163,16 +183,40 @@ async fn connection(
                 reply(&mut s, r, &[]).await?;
             }
             Request::FsUnregister(_) => {}
-            // the helper that runs commands for `dlm_tool run` is not in this build
-            Request::RunStart { .. } => {
-                crate::log_error!("run_start refused: no helper in this build");
-                let r = DlmcHeader { data: -1, ..base };
+            Request::RunStart {
+                dest_nodeid,
+                flags,
+                command,
+            } => {
+                let (otx, orx) = tokio::sync::oneshot::channel();
+                let _ = tx.send(ControlCmd::RunStart {
+                    dest: dest_nodeid,
+                    flags: flags.0,
+                    command,
+                    reply: otx,
+                });
+                let (rv, uuid) = orx.await.unwrap_or((-1, String::new()));
+                let mut name = [0u8; 64];
+                let n = uuid.len().min(64);
+                name[..n].copy_from_slice(&uuid.as_bytes()[..n]);
+                let r = DlmcHeader {
+                    data: rv,
+                    name,
+                    ..base
+                };
                 reply(&mut s, r, &[]).await?;
                 return Ok(());
             }
-            Request::RunCheck { .. } => {
-                let r = DlmcHeader { data: -1, ..base };
-                reply(&mut s, r, &0u32.to_ne_bytes()).await?;
+            Request::RunCheck { uuid, flags } => {
+                let (otx, orx) = tokio::sync::oneshot::channel();
+                let _ = tx.send(ControlCmd::RunCheck {
+                    uuid: String::from_utf8_lossy(&uuid).into_owned(),
+                    flags: flags.0,
+                    reply: otx,
+                });
+                let (rv, status) = orx.await.unwrap_or((-1, 0));
+                let r = DlmcHeader { data: rv, ..base };
+                reply(&mut s, r, &status.to_ne_bytes()).await?;
             }
             _ => {
                 crate::log_error!("process_connection {ci} unknown command {}", h.command.0);

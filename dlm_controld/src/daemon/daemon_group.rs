@@ -8,13 +8,14 @@ use dlm_cpg::Event;
 use dlm_proto::wire::{Body, FenceFlags, FenceResult, Message, MsgType};
 use tokio::sync::{mpsc, watch};
 
-use super::agent::{self, AgentExit};
+use super::agent::{self, AgentExit, RunExit};
 use super::cluster::{CorosyncServices, LsGroup};
 use super::query::SharedStatus;
 use crate::clock::monotonic_secs;
 use crate::daemon_proto::{self, DaemonProtocol, QuorumView};
 use crate::fencing::{FenceEnv, Fencing, Out};
 use crate::membership::FenceView;
+use crate::run::{self, Runs};
 
 /// What the lockspaces need to know about fencing (`fence_node_time`,
 /// `fence_in_progress`) and about cluster membership (node add times).
@@ -63,6 +64,10 @@ pub(crate) struct DaemonGroup {
     pub(crate) embedded: bool,
     /// Set by lockspace tasks when one starts: our PROTOCOL then says STATEFUL.
     pub(crate) stateful: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// `dlm_tool run` commands (`enable_helper`).
+    pub(crate) runs: Runs,
+    pub(crate) helper: bool,
+    run_exits: Option<mpsc::UnboundedSender<RunExit>>,
 }
 
 impl DaemonGroup {
@@ -85,6 +90,9 @@ impl DaemonGroup {
             quorum: Quorum::default(),
             embedded: false,
             stateful: std::sync::Arc::default(),
+            runs: Runs::new(our),
+            helper: false,
+            run_exits: None,
         }
     }
 
@@ -209,8 +217,22 @@ impl DaemonGroup {
                 self.fencing
                     .receive_clear(env, &self.proto, from, f.nodeid, f.result, f.flags.0)
             }
-            // the run helper is not in this build: requests are not answered
-            Body::RunRequest(_) | Body::RunReply(_) => self.fencing.work(env, &self.proto),
+            Body::RunRequest(r) => {
+                if self.helper {
+                    let o = self.runs.receive_request(from, &r);
+                    self.run_out(o);
+                } else {
+                    crate::log_debug!("receive_run_request from {from} helper not enabled");
+                }
+                self.fencing.work(env, &self.proto)
+            }
+            Body::RunReply(r) => {
+                if self.helper {
+                    let o = self.runs.receive_reply(from, &r);
+                    self.run_out(o);
+                }
+                self.fencing.work(env, &self.proto)
+            }
             _ => {
                 crate::metrics::get().daemon_dropped.inc();
                 crate::log_error!(
@@ -318,6 +340,72 @@ impl DaemonGroup {
             f.in_progress = in_progress;
             changed
         });
+    }
+
+    /// Enables `dlm_tool run`: commands' exits arrive on `exits`.
+    pub(crate) fn enable_runs(&mut self, exits: mpsc::UnboundedSender<RunExit>) {
+        self.helper = true;
+        self.run_exits = Some(exits);
+    }
+
+    fn daemon_version(&self) -> dlm_proto::wire::Version3 {
+        match self.proto.negotiated() {
+            Some(Ok((d, _))) => d,
+            _ => dlm_proto::wire::DAEMON_PROTOCOL,
+        }
+    }
+
+    /// Performs what the run table asks, and republishes the run list.
+    fn run_out(&mut self, out: Vec<run::Out>) {
+        for o in out {
+            match o {
+                run::Out::Send(b) => self.send(&b),
+                run::Out::Exec { uuid, command } => {
+                    if let Some(tx) = &self.run_exits {
+                        agent::run_command(uuid, &command, tx.clone());
+                    }
+                }
+                run::Out::Log(true, l) => crate::log_error!("{l}"),
+                run::Out::Log(false, l) => crate::log_debug!("{l}"),
+            }
+        }
+        if let Ok(mut st) = self.status.lock() {
+            st.run_list = self.runs.list_text();
+        }
+    }
+
+    /// `dlm_tool run`: (rv, uuid).
+    pub(crate) fn run_start(&mut self, dest: i32, flags: u32, command: &[u8]) -> (i32, String) {
+        if !self.helper {
+            crate::log_debug!("ignore start_run helper not enabled");
+            return (-1, String::new());
+        }
+        let uuid = agent::new_uuid();
+        let members = self.proto.members().to_vec();
+        let v = self.daemon_version();
+        let (rv, out) = self
+            .runs
+            .start(v, &members, dest, flags, command, uuid.clone());
+        self.run_out(out);
+        (rv, if rv == 0 { uuid } else { String::new() })
+    }
+
+    /// `dlm_tool run_check`: (rv, status).
+    pub(crate) fn run_check(&mut self, uuid: &str, flags: u32) -> (i32, u32) {
+        if !self.helper {
+            crate::log_debug!("ignore check_run helper not enabled");
+            return (-1, 0);
+        }
+        let (st, out) = self.runs.check(uuid, flags);
+        self.run_out(out);
+        st.map_or((-1, 0), |s| (0, s))
+    }
+
+    /// A command of a run ended here.
+    pub(crate) fn run_exit(&mut self, e: RunExit) {
+        let v = self.daemon_version();
+        let out = self.runs.local_result(v, &e.uuid, e.pid, e.result);
+        self.run_out(out);
     }
 
     /// New cluster nodes from the quorum service, at `now`.

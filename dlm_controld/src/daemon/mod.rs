@@ -290,6 +290,10 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let mut dg = DaemonGroup::new(group, our, fencing, status.clone(), facts_tx, exit_tx);
     dg.quorum = quorum;
     dg.embedded = embedded;
+    let (run_tx, run_rx) = mpsc::unbounded_channel();
+    if args.config.options.on(Opt::EnableHelper) {
+        dg.enable_runs(run_tx);
+    }
     let negotiated = async {
         loop {
             while let Some(ev) = dg.group.poll_event() {
@@ -325,7 +329,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         &mut dg,
         services,
         (qtx, qrx),
-        (facts_rx, exit_rx),
+        (facts_rx, exit_rx, run_rx),
         comms,
         status,
     )
@@ -405,9 +409,10 @@ async fn main_loop(
     dg: &mut DaemonGroup,
     mut services: Option<CorosyncServices>,
     (qtx, qrx): (watch::Sender<QuorumState>, watch::Receiver<QuorumState>),
-    (facts, mut exits): (
+    (facts, mut exits, mut run_exits): (
         watch::Receiver<FenceFacts>,
         mpsc::UnboundedReceiver<agent::AgentExit>,
+        mpsc::UnboundedReceiver<agent::RunExit>,
     ),
     mut comms: Comms,
     status: query::SharedStatus,
@@ -503,11 +508,23 @@ async fn main_loop(
                 dg.event(ev, services.as_ref());
             }
             Some(e) = exits.recv() => dg.agent_exit(e, services.as_ref()),
+            Some(e) = run_exits.recv() => dg.run_exit(e),
             Some(c) = ctl_rx.recv() => {
-                if let control::ControlCmd::FenceAck(n) = c {
-                    dg.fence_ack(n, services.as_ref());
-                    continue;
-                }
+                let c = match c {
+                    control::ControlCmd::FenceAck(n) => {
+                        dg.fence_ack(n, services.as_ref());
+                        continue;
+                    }
+                    control::ControlCmd::RunStart { dest, flags, command, reply } => {
+                        let _ = reply.send(dg.run_start(dest, flags, &command));
+                        continue;
+                    }
+                    control::ControlCmd::RunCheck { uuid, flags, reply } => {
+                        let _ = reply.send(dg.run_check(&uuid, flags));
+                        continue;
+                    }
+                    c => c,
+                };
                 apply_control(c, &mut config, args.conf_path.as_deref(), seam);
                 if let Ok(mut d) = config_dump.lock() {
                     *d = Arc::new(config.options.dump());
@@ -661,7 +678,9 @@ fn apply_control(
             }
         },
         // handled by the daemon group
-        control::ControlCmd::FenceAck(_) => return,
+        control::ControlCmd::FenceAck(_)
+        | control::ControlCmd::RunStart { .. }
+        | control::ControlCmd::RunCheck { .. } => return,
         control::ControlCmd::SetConfig(text) => {
             let (ch, ignored) = config.set_config(&text, file_text.as_deref());
             for c in &ch {

@@ -308,8 +308,13 @@ async fn answer(
                 }
             }
         }
-        // the helper that runs `dlm_tool run` commands is not in this build: no runs
-        Request::DumpRun => (DlmcHeader::new(Command::DUMP_RUN), Vec::new()),
+        Request::DumpRun => (
+            DlmcHeader::new(Command::DUMP_RUN),
+            status
+                .lock()
+                .map(|st| st.run_list.clone().into_bytes())
+                .unwrap_or_default(),
+        ),
         Request::DumpConfig => (
             DlmcHeader::new(Command::DUMP_CONFIG),
             config_dump.as_bytes().to_vec(),
