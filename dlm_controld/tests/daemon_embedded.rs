@@ -284,3 +284,82 @@ fn feeds_the_systemd_watchdog() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// This project's `dlm_tool join` / `leave` through the kernel's `dlm-control` device (here
+/// the fake kernel's): join creates the lockspace and returns once the daemon has joined
+/// it; a second join only adds a user; the last leave releases it and the daemon leaves.
+/// Without a daemon the kernel refuses, and the tool says so as C's does.
+#[test]
+fn dlm_tool_join_and_leave_through_dlm_control() {
+    let dir = root("jl");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("jl").expect("netns");
+    let tool = |args: &[&str]| {
+        let bin = Path::new(env!("CARGO_BIN_EXE_dlm_controld")).with_file_name("dlm_tool");
+        let out = ns
+            .command(&bin.display().to_string())
+            .args(["--kernel-root", &dir.display().to_string()])
+            .args(args)
+            .output()
+            .expect("dlm_tool");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out.status.code(),
+        )
+    };
+    // no daemon: the kernel has no user-space daemon to ask
+    let (out, err, code) = tool(&["join", "foo"]);
+    assert_eq!(out, "Joining lockspace \"foo\" permission 600 \n");
+    assert!(err.contains("dlm_new_lockspace foo error 49"), "{err}");
+    assert_eq!(code, Some(255));
+
+    let mut d = start(&ns, &dir);
+    assert!(k.wait_daemon(T));
+    assert!(k.wait_records(T, |_| k.monitor_open()));
+    let (out, _, code) = tool(&["-m", "0640", "-f", "1", "join", "foo"]);
+    assert_eq!(
+        (out.as_str(), code),
+        (
+            "Joining lockspace \"foo\" permission 640 flags FS \ndone\n",
+            Some(0)
+        )
+    );
+    // joined by the time join returned
+    assert_eq!(
+        writes(&k.records(), "sys/kernel/dlm/foo/event_done"),
+        vec![b"0\0".to_vec()]
+    );
+    let (ls, _, _) = tool(&["ls"]);
+    assert!(ls.contains("name          foo\n"), "{ls}");
+    // a second user; its leave keeps the lockspace
+    assert_eq!(tool(&["join", "foo"]).2, Some(0));
+    let (out, _, code) = tool(&["leave", "foo"]);
+    assert_eq!(
+        (out.as_str(), code),
+        ("Leaving lockspace \"foo\"\ndone\n", Some(0))
+    );
+    assert_eq!(
+        writes(&k.records(), "sys/kernel/dlm/foo/event_done").len(),
+        1
+    );
+    // the last leave: the daemon leaves (event_done again, configfs removed)
+    assert_eq!(tool(&["leave", "foo"]).2, Some(0));
+    let r = k.records();
+    assert_eq!(writes(&r, "sys/kernel/dlm/foo/event_done").len(), 2);
+    assert!(r.contains(&Record::Rmdir(format!("{C}/spaces/foo"))));
+    let (_, err, code) = tool(&["leave", "foo"]);
+    assert_eq!(code, Some(255), "{err}");
+    // joinleave does both
+    let (out, _, code) = tool(&["joinleave", "bar"]);
+    assert_eq!(
+        (out.as_str(), code),
+        (
+            "Joining lockspace \"bar\" permission 600 \ndone\nLeaving lockspace \"bar\"\ndone\n",
+            Some(0)
+        )
+    );
+    let _ = d.0.kill();
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

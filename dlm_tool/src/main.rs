@@ -5,6 +5,7 @@
 //! is reported on stderr with exit status 1 instead of silent empty output.
 
 mod client;
+mod control;
 mod json;
 mod show;
 mod status;
@@ -35,6 +36,15 @@ enum Op {
     ReloadConfig,
     SetConfig(String),
     FenceAck(i32),
+    /// join / leave / joinleave through the kernel's dlm-control device.
+    Join {
+        name: String,
+        join: bool,
+        leave: bool,
+        mode: u32,
+        flags: u32,
+        root: std::path::PathBuf,
+    },
     /// run (start then check), run_start, run_check / run_cancel of `uuid`.
     Run {
         start: Option<Vec<u8>>,
@@ -76,8 +86,12 @@ Commands served by this build:
   fence_ack <nodeid>  tell every daemon the node is fenced (after checking it is
                   down by hand); lockspaces waiting for it go on (needs root)
 
-Not yet in this build (use the C dlm_tool): join, leave, joinleave,
-  deadlock_check, lockdump, lockdebug
+  join <name>     create (or join) a lockspace through the kernel, as libdlm does
+                  (-m <mode> device permission, default 0600; -e 1 exclusive;
+                  -f 1 a file system's lockspace)
+  leave <name>    release it; joinleave <name> both
+
+Not yet in this build (use the C dlm_tool): deadlock_check, lockdump, lockdebug
 
 Options:
   -n              with ls, also every node the lockspace has seen
@@ -88,14 +102,7 @@ Options:
   -M, -s, -w      accepted, used by commands not in this build
 ";
 
-const NOT_YET: &[&str] = &[
-    "join",
-    "leave",
-    "joinleave",
-    "deadlock_check",
-    "lockdump",
-    "lockdebug",
-];
+const NOT_YET: &[&str] = &["deadlock_check", "lockdump", "lockdebug"];
 
 /// getopt("MhVnm:e:f:vwsi:") with GNU permutation, then the first known command word and
 /// the word after it (`decode_arguments`).
@@ -105,6 +112,10 @@ fn parse(args: &[String]) -> Result<Op, String> {
     let mut json = false;
     let mut exit_code = false;
     let mut wait_sec = 0u64;
+    let mut mode = 0o600u32;
+    let mut excl = false;
+    let mut fs = false;
+    let mut root = std::path::PathBuf::from("/");
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -115,6 +126,13 @@ fn parse(args: &[String]) -> Result<Op, String> {
         }
         if a == "--exit-code" {
             exit_code = true;
+            continue;
+        }
+        if a == "--kernel-root" {
+            match it.next() {
+                Some(d) => root = d.into(),
+                None => return Err("--kernel-root needs a directory".to_owned()),
+            }
             continue;
         }
         if a == "--" {
@@ -142,9 +160,12 @@ fn parse(args: &[String]) -> Result<Op, String> {
                     } else {
                         opts[i + 1..].to_owned()
                     };
-                    if c == 'i' {
-                        // atoi: a bad number is 0
-                        wait_sec = arg.parse().unwrap_or(0);
+                    // atoi / sscanf("%o"): a bad number is 0
+                    match c {
+                        'i' => wait_sec = arg.parse().unwrap_or(0),
+                        'm' => mode = u32::from_str_radix(&arg, 8).unwrap_or(0),
+                        'e' => excl = arg.parse::<i32>().unwrap_or(0) != 0,
+                        _ => fs = arg.parse::<i32>().unwrap_or(0) != 0,
                     }
                     break;
                 }
@@ -167,6 +188,9 @@ fn parse(args: &[String]) -> Result<Op, String> {
         "run_start",
         "run_check",
         "run_cancel",
+        "join",
+        "leave",
+        "joinleave",
     ];
     let Some(at) = words
         .iter()
@@ -187,6 +211,22 @@ fn parse(args: &[String]) -> Result<Op, String> {
             .ok_or_else(|| "lockspace name required".to_owned()),
         "status" => Ok(Op::Status { verbose, json }),
         "reload_config" => Ok(Op::ReloadConfig),
+        "join" | "leave" | "joinleave" => {
+            let name = name.ok_or_else(|| "lockspace name required".to_owned())?;
+            if dlm_proto::LockspaceName::new(name.as_bytes()).is_err() {
+                return Err(format!("bad lockspace name {name:?}"));
+            }
+            // DLM_LSFL_NEWEXCL 8, DLM_LSFL_FS 4
+            let flags = (if excl { 8 } else { 0 }) | (if fs { 4 } else { 0 });
+            Ok(Op::Join {
+                join: words[at] != "leave",
+                leave: words[at] != "join",
+                name,
+                mode,
+                flags,
+                root,
+            })
+        }
         "run" | "run_start" => {
             // every word after the command, each followed by a space, as C builds it
             let text: String = words[at + 1..].iter().map(|w| format!("{w} ")).collect();
@@ -338,6 +378,73 @@ fn list(name: Option<&str>, all: bool, as_json: bool) -> Result<Listing, ClientE
     Ok(Listing { out, code })
 }
 
+/// `do_join`: prints what C prints; on failure `dlm_new_lockspace <name> error <errno>`
+/// on stderr and exit 255, as C's `exit(-1)`.
+fn do_join(root: &std::path::Path, name: &str, mode: u32, flags: u32) -> ExitCode {
+    let mut words = String::new();
+    if flags != 0 {
+        words.push_str("flags ");
+        if flags & 8 != 0 {
+            words.push_str("NEWEXCL ");
+        }
+        if flags & 4 != 0 {
+            words.push_str("FS ");
+        }
+    }
+    let _ =
+        write_out(format!("Joining lockspace \"{name}\" permission {mode:o} {words}\n").as_bytes());
+    let Ok(ls) = dlm_proto::LockspaceName::new(name.as_bytes()) else {
+        return ExitCode::from(255);
+    };
+    // the device's mode is applied by udev on a real system; the request carries the name
+    let rv = control::write_request(
+        root,
+        &dlm_proto::kernel::ControlRequest::Create { name: ls, flags },
+    );
+    match rv {
+        Ok(minor) if minor >= 0 => write_out(b"done\n"),
+        Ok(e) => {
+            eprintln!("dlm_new_lockspace {name} error {}", -e);
+            ExitCode::from(255)
+        }
+        Err(e) => {
+            eprintln!(
+                "dlm_new_lockspace {name} error {}: {e}",
+                e.raw_os_error().unwrap_or(0)
+            );
+            ExitCode::from(255)
+        }
+    }
+}
+
+/// `do_leave`: the lockspace's minor from its device, then a forced release.
+fn do_leave(root: &std::path::Path, name: &str) -> ExitCode {
+    let _ = write_out(format!("Leaving lockspace \"{name}\"\n").as_bytes());
+    let minor = match control::lockspace_minor(root, name) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!(
+                "dlm_open_lockspace {name} error {}: {e}",
+                e.raw_os_error().unwrap_or(0)
+            );
+            return ExitCode::from(255);
+        }
+    };
+    // DLM_USER_LSFLG_FORCEFREE, as `dlm_release_lockspace(name, dh, 1)`
+    let req = dlm_proto::kernel::ControlRequest::Remove { minor, flags: 2 };
+    match control::write_request(root, &req) {
+        Ok(rv) if rv >= 0 => write_out(b"done\n"),
+        Ok(e) => {
+            eprintln!("dlm_release_lockspace {name} error {}", -e);
+            ExitCode::from(255)
+        }
+        Err(e) => {
+            eprintln!("dlm_release_lockspace {name}: {e}");
+            ExitCode::from(255)
+        }
+    }
+}
+
 /// `do_run`: start (printing `run_uuid: <uuid>`), then check (printing `check_status: `
 /// and the status words), as C's tool prints them.
 fn run(
@@ -487,6 +594,22 @@ fn main() -> ExitCode {
                 fail(&e)
             }
         },
+        Op::Join {
+            name,
+            join,
+            leave,
+            mode,
+            flags,
+            root,
+        } => {
+            if join {
+                let code = do_join(&root, &name, mode, flags);
+                if code != ExitCode::SUCCESS || !leave {
+                    return code;
+                }
+            }
+            do_leave(&root, &name)
+        }
         Op::Run {
             start,
             check,
@@ -621,7 +744,26 @@ mod tests {
         assert_eq!(p("fence_ack 3"), Ok(Op::FenceAck(3)));
         assert!(p("fence_ack").is_err());
         assert!(p("fence_ack x").is_err());
-        assert!(p("join foo").is_err_and(|e| e.contains("not in this build")));
+        assert!(p("lockdump foo").is_err_and(|e| e.contains("not in this build")));
+        assert!(matches!(
+            p("-m 0644 -e 1 join foo"),
+            Ok(Op::Join {
+                join: true,
+                leave: false,
+                mode: 0o644,
+                flags: 8,
+                ..
+            })
+        ));
+        assert!(matches!(
+            p("--kernel-root /tmp/k joinleave foo"),
+            Ok(Op::Join {
+                join: true,
+                leave: true,
+                ..
+            })
+        ));
+        assert!(p("join").is_err());
         assert!(p("lsx").is_err());
     }
 }

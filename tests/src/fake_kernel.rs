@@ -8,6 +8,13 @@
 //! daemon makes under configfs and sysfs, with the exact bytes, through inotify (the daemon
 //! appends on a fake root, so consecutive writes to one file stay distinct).
 //!
+//! `dev/misc/dlm-control` serves lockspace create and remove requests as the kernel does
+//! (`dlm_tool join` / `leave`): a create announces the lockspace to the daemon and waits
+//! for its `event_done`, a remove by the last user sends `offline@` and waits again. A
+//! write's return value cannot travel in a packet, so after each request the fake kernel
+//! sends one 4-byte packet with it (the new lockspace's minor, 0, or -errno). Each
+//! lockspace's device `dev/misc/dlm_<name>` is a regular file holding its minor.
+//!
 //! A file created and written in a directory before inotify watches that directory is
 //! read when the watch is added, in name order; so `announce` waits until the lockspace's
 //! sysfs directory is watched before it sends the uevent, and the daemon's sysfs writes are
@@ -76,6 +83,8 @@ struct Shared {
     stop: AtomicBool,
     /// Directories the watcher watches (so `announce` can wait before the uevent).
     watched: Mutex<std::collections::BTreeSet<PathBuf>>,
+    /// Lockspaces created through `dlm-control`: name → (minor, users).
+    created: Mutex<BTreeMap<String, (u32, u32)>>,
 }
 
 impl Shared {
@@ -136,7 +145,8 @@ impl FakeKernel {
         for (name, rel) in DEVICES {
             let fd = listener(&root.join(rel))?;
             let sh = shared.clone();
-            threads.push(thread::spawn(move || accept_loop(name, &fd, &sh)));
+            let r = root.to_path_buf();
+            threads.push(thread::spawn(move || accept_loop(name, &fd, &sh, &r)));
         }
         let inotify = Inotify::init(InitFlags::IN_CLOEXEC).map_err(io::Error::from)?;
         // the first watches exist before start returns, so no daemon mkdir is missed
@@ -211,46 +221,11 @@ impl FakeKernel {
 
     /// Waits until `pred` holds for the records (or `limit` passes); whether it held.
     pub fn wait_records(&self, limit: Duration, pred: impl Fn(&[Record]) -> bool) -> bool {
-        let deadline = Instant::now() + limit;
-        let Ok(mut guard) = self.shared.records.lock() else {
-            return false;
-        };
-        loop {
-            if pred(&guard) {
-                return true;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            match self
-                .shared
-                .changed
-                .wait_timeout(guard, left.min(Duration::from_millis(50)))
-            {
-                Ok((g, _)) => guard = g,
-                Err(_) => return false,
-            }
-        }
+        wait_records(&self.shared, limit, pred)
     }
 
     fn conn_send(&self, name: &'static str, bytes: &[u8], limit: Duration) -> io::Result<()> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(conns) = self.shared.conns.lock() {
-                if let Some(fd) = conns.get(name) {
-                    send(fd.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL)?;
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotConnected,
-                    format!("no daemon on {name}"),
-                ));
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
+        conn_send(&self.shared, name, bytes, limit)
     }
 
     /// Waits until a daemon listens for uevents.
@@ -274,42 +249,12 @@ impl FakeKernel {
     /// `online@` uevent goes to the daemon if one listens (like netlink, nobody listening
     /// means nobody hears it). Returns whether a daemon got it.
     pub fn announce(&self, name: &str) -> io::Result<bool> {
-        let dir = self.root.join("sys/kernel/dlm").join(name);
-        fs::create_dir_all(&dir)?;
-        for attr in ["control", "event_done", "id", "nodir"] {
-            fs::write(dir.join(attr), b"")?;
-        }
-        // the watcher must see the directory before the daemon can write into it, or its
-        // catch-up would record the daemon's writes in name order, not in write order
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.shared.watched.lock().is_ok_and(|w| w.contains(&dir)) {
-            if Instant::now() > deadline {
-                return Err(io::Error::other(format!("{} never watched", dir.display())));
-            }
-            thread::sleep(Duration::from_millis(1));
-        }
-        let ev = Uevent {
-            action: UeventAction::Online,
-            lockspace: LockspaceName::new(name.as_bytes())
-                .map_err(|e| io::Error::other(e.to_string()))?,
-            seqnum: Some(1),
-        };
-        match self.conn_send("uevent", &ev.encode(), Duration::ZERO) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-            Err(e) => Err(e),
-        }
+        announce(&self.root, &self.shared, name)
     }
 
     /// The last user releases the lockspace: the `offline@` uevent.
     pub fn release(&self, name: &str) -> io::Result<()> {
-        let ev = Uevent {
-            action: UeventAction::Offline,
-            lockspace: LockspaceName::new(name.as_bytes())
-                .map_err(|e| io::Error::other(e.to_string()))?,
-            seqnum: Some(2),
-        };
-        self.conn_send("uevent", &ev.encode(), Duration::from_secs(10))
+        release(&self.shared, name)
     }
 
     /// Sends a raw uevent (for bad-input tests).
@@ -364,7 +309,237 @@ impl Drop for FakeKernel {
     }
 }
 
-fn accept_loop(name: &'static str, listener: &OwnedFd, sh: &Shared) {
+/// Sends one packet to the daemon's connection `name`, waiting up to `limit` for it.
+fn conn_send(sh: &Shared, name: &'static str, bytes: &[u8], limit: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(conns) = sh.conns.lock() {
+            if let Some(fd) = conns.get(name) {
+                send(fd.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL)?;
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!("no daemon on {name}"),
+            ));
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// See [`FakeKernel::announce`].
+fn announce(root: &Path, sh: &Shared, name: &str) -> io::Result<bool> {
+    let dir = root.join("sys/kernel/dlm").join(name);
+    fs::create_dir_all(&dir)?;
+    for attr in ["control", "event_done", "id", "nodir"] {
+        fs::write(dir.join(attr), b"")?;
+    }
+    // the watcher must see the directory before the daemon can write into it, or its
+    // catch-up would record the daemon's writes in name order, not in write order
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sh.watched.lock().is_ok_and(|w| w.contains(&dir)) {
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!("{} never watched", dir.display())));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    let ev = Uevent {
+        action: UeventAction::Online,
+        lockspace: LockspaceName::new(name.as_bytes())
+            .map_err(|e| io::Error::other(e.to_string()))?,
+        seqnum: Some(1),
+    };
+    match conn_send(sh, "uevent", &ev.encode(), Duration::ZERO) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// See [`FakeKernel::release`].
+fn release(sh: &Shared, name: &str) -> io::Result<()> {
+    let ev = Uevent {
+        action: UeventAction::Offline,
+        lockspace: LockspaceName::new(name.as_bytes())
+            .map_err(|e| io::Error::other(e.to_string()))?,
+        seqnum: Some(2),
+    };
+    conn_send(sh, "uevent", &ev.encode(), Duration::from_secs(10))
+}
+
+/// See [`FakeKernel::wait_records`].
+fn wait_records(sh: &Shared, limit: Duration, pred: impl Fn(&[Record]) -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    let Ok(mut guard) = sh.records.lock() else {
+        return false;
+    };
+    loop {
+        if pred(&guard) {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match sh
+            .changed
+            .wait_timeout(guard, left.min(Duration::from_millis(50)))
+        {
+            Ok((g, _)) => guard = g,
+            Err(_) => return false,
+        }
+    }
+}
+
+const EINVAL: i32 = 22;
+const EUNATCH: i32 = 49;
+const ENOENT: i32 = 2;
+const ETIMEDOUT: i32 = 110;
+
+fn event_done_count(sh: &Shared, name: &str) -> usize {
+    let path = format!("sys/kernel/dlm/{name}/event_done");
+    sh.records.lock().map_or(0, |r| {
+        r.iter()
+            .filter(|x| matches!(x, Record::Write(p, _) if *p == path))
+            .count()
+    })
+}
+
+/// The value of the daemon's newest `event_done` write for `name` (0 joined, -errno not).
+fn event_done_value(sh: &Shared, name: &str) -> i32 {
+    let path = format!("sys/kernel/dlm/{name}/event_done");
+    sh.records.lock().map_or(-EINVAL, |r| {
+        r.iter()
+            .rev()
+            .find_map(|x| match x {
+                Record::Write(p, b) if *p == path => Some(b.clone()),
+                _ => None,
+            })
+            .and_then(|b| {
+                String::from_utf8_lossy(&b)
+                    .trim_end_matches('\0')
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(-EINVAL)
+    })
+}
+
+/// `device_create_lockspace` → `dlm_new_lockspace`: the minor, or -errno.
+fn control_create(root: &Path, sh: &Shared, name: &str) -> i32 {
+    if let Ok(mut c) = sh.created.lock() {
+        if let Some((minor, users)) = c.get_mut(name) {
+            *users += 1;
+            return i32::try_from(*minor).unwrap_or(-EINVAL);
+        }
+    }
+    if !sh.monitor_open.load(Ordering::SeqCst) {
+        return -EUNATCH; // "dlm user daemon not available"
+    }
+    let before = event_done_count(sh, name);
+    if !matches!(announce(root, sh, name), Ok(true)) {
+        return -EUNATCH;
+    }
+    if !wait_until(Duration::from_secs(60), || {
+        event_done_count(sh, name) > before
+    }) {
+        return -ETIMEDOUT;
+    }
+    let rv = event_done_value(sh, name);
+    if rv != 0 {
+        return rv;
+    }
+    let Ok(mut c) = sh.created.lock() else {
+        return -EINVAL;
+    };
+    let minor = 100 + u32::try_from(c.len()).unwrap_or(0);
+    let _ = fs::write(
+        root.join("dev/misc").join(format!("dlm_{name}")),
+        minor.to_string(),
+    );
+    c.insert(name.to_owned(), (minor, 1));
+    i32::try_from(minor).unwrap_or(-EINVAL)
+}
+
+/// `device_remove_lockspace` → `dlm_release_lockspace`: the last user's release sends
+/// `offline@` and waits for the daemon's leave (FORCEFREE is about locks still held,
+/// which the fake kernel has none of, not about other users).
+fn control_remove(root: &Path, sh: &Shared, minor: u32) -> i32 {
+    let name = {
+        let Ok(mut c) = sh.created.lock() else {
+            return -EINVAL;
+        };
+        let Some(name) = c
+            .iter()
+            .find(|(_, (m, _))| *m == minor)
+            .map(|(n, _)| n.clone())
+        else {
+            return -ENOENT;
+        };
+        let users = c.get_mut(&name).map(|(_, u)| u);
+        if let Some(u) = users {
+            *u = u.saturating_sub(1);
+            if *u > 0 {
+                return 0;
+            }
+        }
+        c.remove(&name);
+        name
+    };
+    let before = event_done_count(sh, &name);
+    if release(sh, &name).is_err() {
+        return -EUNATCH;
+    }
+    if !wait_until(Duration::from_secs(60), || {
+        event_done_count(sh, &name) > before
+    }) {
+        return -ETIMEDOUT;
+    }
+    let _ = fs::remove_dir_all(root.join("sys/kernel/dlm").join(&name));
+    let _ = fs::remove_file(root.join("dev/misc").join(format!("dlm_{name}")));
+    0
+}
+
+fn wait_until(limit: Duration, what: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if what() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Serves one `dlm-control` connection: each packet one write, answered by a 4-byte packet
+/// with the write's return value.
+fn control_loop(root: &Path, sh: &Shared, fd: &OwnedFd) {
+    while !sh.stop.load(Ordering::SeqCst) {
+        if !readable(fd, 50) {
+            continue;
+        }
+        let mut buf = [0u8; 512];
+        let n = match recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let rv = match dlm_proto::kernel::ControlRequest::decode(&buf[..n]) {
+            Ok(dlm_proto::kernel::ControlRequest::Create { name, .. }) => {
+                control_create(root, sh, &name.to_str_lossy())
+            }
+            Ok(dlm_proto::kernel::ControlRequest::Remove { minor, .. }) => {
+                control_remove(root, sh, minor)
+            }
+            Err(_) => -EINVAL,
+        };
+        let _ = send(fd.as_raw_fd(), &rv.to_ne_bytes(), MsgFlags::MSG_NOSIGNAL);
+    }
+}
+
+fn accept_loop(name: &'static str, listener: &OwnedFd, sh: &Arc<Shared>, root: &Path) {
     let mut monitor: Option<OwnedFd> = None;
     while !sh.stop.load(Ordering::SeqCst) {
         if let Some(m) = monitor.as_ref() {
@@ -391,6 +566,10 @@ fn accept_loop(name: &'static str, listener: &OwnedFd, sh: &Shared) {
         if name == "monitor" {
             monitor = Some(fd);
             sh.monitor_open.store(true, Ordering::SeqCst);
+        } else if name == "control" {
+            // each client (dlm_tool join / leave) gets its own server
+            let (sh, root) = (sh.clone(), root.to_path_buf());
+            thread::spawn(move || control_loop(&root, &sh, &fd));
         } else if let Ok(mut conns) = sh.conns.lock() {
             conns.insert(name, fd);
         }
