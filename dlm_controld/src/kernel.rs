@@ -88,6 +88,21 @@ impl KernelRoot {
         self.dir.join(rel)
     }
 
+    /// Lockspaces the kernel has at startup (`check_uncontrolled_lockspaces`): entries of
+    /// `sys/kernel/dlm` not starting with `.`, sorted.
+    pub fn uncontrolled_lockspaces(&self) -> Vec<String> {
+        let Ok(d) = fs::read_dir(self.path("sys/kernel/dlm")) else {
+            return Vec::new();
+        };
+        let mut v: Vec<String> = d
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        v.sort();
+        v
+    }
+
     fn write_file(&self, path: PathBuf, bytes: &[u8]) -> Result<(), SeamError> {
         let mut opts = OpenOptions::new();
         opts.write(true);

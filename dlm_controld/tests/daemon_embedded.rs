@@ -363,3 +363,36 @@ fn dlm_tool_join_and_leave_through_dlm_control() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A kernel that still has a lockspace when the daemon starts (its daemon died with it):
+/// the daemon refuses to run, naming it, as C's `check_uncontrolled_lockspaces`.
+#[test]
+fn refuses_to_start_beside_uncontrolled_lockspaces() {
+    let dir = root("unctl");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    std::fs::create_dir_all(dir.join("sys/kernel/dlm/stale")).expect("stale lockspace");
+    let ns = Netns::new("unctl").expect("netns");
+    let out = ns
+        .command(env!("CARGO_BIN_EXE_dlm_controld"))
+        .args([
+            "--kernel-root",
+            &dir.display().to_string(),
+            "--cluster",
+            "embedded",
+            "--foreground",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("found uncontrolled lockspaces [\"stale\"]"),
+        "{err}"
+    );
+    assert!(
+        !k.monitor_open(),
+        "it stopped before opening the monitor device"
+    );
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -55,9 +55,14 @@ fn without_a_daemon() {
     let (out, err, code) = tool(&ns.0, &["fence_ack", "2"]);
     assert_eq!((out.as_str(), code), ("", 1));
     assert!(err.contains("cannot talk to dlm_controld"), "{err}");
-    let (_, err, code) = tool(&ns.0, &["join", "foo"]);
+    let (_, err, code) = tool(&ns.0, &["lockdump", "foo"]);
     assert_eq!(code, 1);
     assert!(err.contains("not in this build"), "{err}");
+    // join without a DLM kernel: C's words and exit(-1)
+    let (out, err, code) = tool(&ns.0, &["--kernel-root", "/nonexistent", "join", "foo"]);
+    assert_eq!(out, "Joining lockspace \"foo\" permission 600 \n");
+    assert!(err.starts_with("dlm_new_lockspace foo error 2"), "{err}");
+    assert_eq!(code, 255);
     let (out, _, code) = tool(&ns.0, &["-h"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("Usage: dlm_tool"), "{out}");

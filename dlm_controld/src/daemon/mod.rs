@@ -84,6 +84,12 @@ pub enum DaemonError {
     /// corosync failed or went away.
     #[error("corosync: {0}")]
     Cluster(CpgError),
+    /// The kernel has lockspaces no daemon controls (a daemon died with them).
+    #[error(
+        "found uncontrolled lockspaces {0:?}: the kernel kept DLM state from a daemon that \
+         died; this node must be rebooted before it rejoins (it asked corosync to remove it)"
+    )]
+    Uncontrolled(Vec<String>),
 }
 
 const EMBEDDED_NODEID: u32 = 1;
@@ -207,6 +213,20 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let cluster_name = services
         .as_ref()
         .map_or_else(|| "dlm".to_owned(), |s| s.cluster_name.clone());
+    // kernel lockspaces without a daemon: this node must be reset, not rejoin
+    let stale = seam.uncontrolled_lockspaces();
+    if !stale.is_empty() {
+        for n in &stale {
+            crate::log_error!("found uncontrolled lockspace {n}");
+        }
+        if let Some(s) = services.as_ref() {
+            crate::log_error!("tell corosync to remove nodeid {our} from cluster");
+            if let Err(e) = s.cfg.kill_node(our, "dlm_controld") {
+                crate::log_error!("kill node {our}: {e}");
+            }
+        }
+        return Err(DaemonError::Uncontrolled(stale));
+    }
     // 0. unfence ourselves before anyone can fence us (after that, joining the daemon
     //    group makes us fenceable)
     agent::unfence(&args.config.file, our)
