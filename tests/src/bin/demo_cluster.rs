@@ -143,6 +143,49 @@ fn poll<T>(limit: Duration, mut what: impl FnMut() -> Option<T>) -> Option<T> {
     }
 }
 
+/// Each node's simulated processes send `per_node` requests (lock, then unlock, of a range
+/// of their own on inode 200, 16 in flight), all nodes at once; returns the replies that
+/// came back and the seconds it took.
+fn burst(kernels: &[FakeKernel], per_node: u64) -> (usize, f64) {
+    let t = std::time::Instant::now();
+    let answered = std::thread::scope(|s| {
+        let handles: Vec<_> = kernels
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                s.spawn(move || {
+                    let node = i as u64 + 1;
+                    let mut got = 0usize;
+                    let mut sent = 0u64;
+                    while sent < per_node {
+                        let window = 16.min(per_node - sent);
+                        for j in 0..window {
+                            let n = sent + j;
+                            let pid = u32::try_from(node * 10 + n % 4).unwrap_or(0);
+                            let op = if (n / 4) % 2 == 0 {
+                                PlockOp::LOCK
+                            } else {
+                                PlockOp::UNLOCK
+                            };
+                            let at = node * 1000 + n % 4 * 10;
+                            let _ = k.send_plock(&req(op, true, false, pid, 200, at, at + 5));
+                        }
+                        for _ in 0..window {
+                            if reply(k, T).is_some() {
+                                got += 1;
+                            }
+                        }
+                        sent += window;
+                    }
+                    got
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    (answered, t.elapsed().as_secs_f64())
+}
+
 fn reply(k: &FakeKernel, limit: Duration) -> Option<PlockInfo> {
     k.recv_plock_raw(limit)
         .and_then(|b| PlockInfo::decode(&b).ok())
@@ -251,7 +294,16 @@ fn main() -> ExitCode {
         &tool(&c.node_ns(3), &["plocks", LS]),
     );
 
-    println!("== 6. node 3 dies (dlm_controld and corosync killed); node 1 fences it");
+    println!("== 6. a burst: 4 processes per node lock and unlock their own ranges");
+    let (n, secs) = burst(&kernels, 1000);
+    d.check(n == 3 * 1000, &format!("{n} of 3000 requests answered"));
+    #[allow(clippy::cast_precision_loss)] // a few thousand requests
+    let rate = n as f64 / secs;
+    println!(
+        "  {n} plock requests through corosync in {secs:.2} s: {rate:.0} requests/s across 3 nodes"
+    );
+
+    println!("== 7. node 3 dies (dlm_controld and corosync killed); node 1 fences it");
     drop(daemons.pop());
     c.signal(3, libc::SIGKILL);
     let waiting = poll(T, || {
@@ -304,7 +356,7 @@ fn main() -> ExitCode {
         "node 2 records node 3 as fenced by node 1",
     );
 
-    println!("== 7. the survivors leave the lockspace and stop");
+    println!("== 8. the survivors leave the lockspace and stop");
     for (i, k) in kernels[..2].iter().enumerate() {
         let ok = k.release(LS).is_ok()
             && k.wait_records(T, |r| {
