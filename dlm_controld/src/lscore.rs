@@ -128,6 +128,10 @@ pub struct LsCore {
     saved: Vec<(u32, PlockInfo)>,
     /// While receiving the state: when saving began (ms) and PLOCKS_DATA restored.
     transfer: Option<(u64, u32)>,
+    /// The node whose PLOCKS_DATA / PLOCKS_DONE we take (the started change's data node).
+    data_from: u32,
+    /// Our own kernel requests read while we wait for the table: multicast once we have it.
+    unsent: Vec<PlockInfo>,
     held: Vec<Held>,
     left: bool,
 }
@@ -149,6 +153,8 @@ impl LsCore {
             save_plocks: false,
             saved: Vec::new(),
             transfer: None,
+            data_from: 0,
+            unsent: Vec::new(),
             held: Vec::new(),
             left: false,
         }
@@ -271,15 +277,19 @@ impl LsCore {
                 return self.perform(e, fx);
             }
             Body::Plock(info) => self.deliver_plock(e, from, info, &mut out),
-            // only while we wait for the state (need && save)
-            Body::PlocksData(d) if self.need_plocks && self.save_plocks => {
+            // only while we wait for the state (need && save), and only from the data node
+            Body::PlocksData(d)
+                if self.need_plocks && self.save_plocks && from == self.data_from =>
+            {
                 // a refused chunk is dropped; the digest of the joiner shows it
                 let _ = self.plocks.restore(e.now_ms, d.resource, d.entries());
                 if let Some((_, n)) = self.transfer.as_mut() {
                     *n += 1;
                 }
             }
-            Body::PlocksDone(_) if self.need_plocks && self.save_plocks => {
+            Body::PlocksDone(_)
+                if self.need_plocks && self.save_plocks && from == self.data_from =>
+            {
                 self.finish_transfer(e, &mut out);
             }
             _ => {}
@@ -287,8 +297,15 @@ impl LsCore {
         out
     }
 
-    /// A plock request from the kernel: multicast; applied when delivered.
-    pub fn request(&self, info: &PlockInfo) -> Vec<Action> {
+    /// A plock request from the kernel: multicast; applied when delivered. While we still
+    /// wait for the table it is kept here and multicast once the table is complete (unlike
+    /// C, which answers it from a partial table): our own messages are then never among the
+    /// saved ones a restarted transfer discards, and their replies come from the whole table.
+    pub fn request(&mut self, info: &PlockInfo) -> Vec<Action> {
+        if self.need_plocks {
+            self.unsent.push(*info);
+            return Vec::new();
+        }
         vec![Action::Send(
             encode_plock_msg(&self.header(MsgType::PLOCK), info).to_vec(),
         )]
@@ -414,14 +431,38 @@ impl LsCore {
             self.finish_transfer(e, out);
             return;
         }
+        let flags = self.mem.started_flags();
+        let ours = |n: u32| {
+            flags
+                .iter()
+                .any(|&(m, f)| m == n && f & HeaderFlags::CANCEL_AWARE != 0)
+        };
         if self.need_plocks {
+            if self.save_plocks && ours(data_node) {
+                // a change while we were still receiving (plock-spec §5.8 cases 1, 2: the
+                // sender or another member failed): a data node of ours sends the whole
+                // table again as of this start, which already holds what we saved; start
+                // over instead of finishing with a partial or stale table, as C does
+                self.plocks = PlockTable::new(self.our, self.gid);
+                self.saved.clear();
+                if let Some((_, n)) = self.transfer.as_mut() {
+                    *n = 0;
+                }
+            }
             self.save_plocks = true;
+            self.data_from = data_node;
             self.transfer.get_or_insert((e.now_ms, 0));
             return;
         }
         if data_node != self.our {
             return;
         }
+        // a member of ours still without the table (its START lacks HAVEPLOCK) gets it again
+        // even when nobody joined in this change; a C joiner would apply it twice
+        let resend = flags
+            .iter()
+            .any(|&(_, f)| f & HeaderFlags::HAVEPLOCK == 0 && f & HeaderFlags::CANCEL_AWARE != 0);
+        let nodes_added = nodes_added || resend;
         let Some((seq, body)) = self.mem.started_body() else {
             return;
         };
@@ -467,6 +508,11 @@ impl LsCore {
         self.need_plocks = false;
         self.save_plocks = false;
         self.mem.plocks_ready();
+        for info in std::mem::take(&mut self.unsent) {
+            out.push(Action::Send(
+                encode_plock_msg(&self.header(MsgType::PLOCK), &info).to_vec(),
+            ));
+        }
         for (from, info) in std::mem::take(&mut self.saved) {
             if self.mem.kernel_stopped() {
                 self.held.push(Held::Plock(from, info));

@@ -281,6 +281,19 @@ impl Membership {
         self.changes.len()
     }
 
+    /// The START flags of each member of the started change.
+    pub fn started_flags(&self) -> Vec<(u32, u32)> {
+        self.started
+            .as_ref()
+            .map(|c| {
+                c.members
+                    .iter()
+                    .map(|m| (m.nodeid, m.start_flags))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Every member of the started change sent `bit` in its START (false before any start).
     pub fn started_members_have(&self, bit: u32) -> bool {
         self.started

@@ -10,6 +10,8 @@
 //! replies say it holds (nothing lost, nothing phantom); every non-blocking request was
 //! answered; every unanswered blocking request is still a waiter. A failure prints the seed;
 //! `DLM_SIM_SEED=n` replays it, `DLM_SIM_RUNS=n` sets the number of seeds (default 1000).
+//! A second scenario crashes the sending node or another member part-way through a state
+//! transfer (plock-spec §5.8 cases 1 and 2, which C ends with a partial or stale table).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -225,9 +227,14 @@ impl Sim {
 
     /// Delivers until nothing moves; returns whether anything did.
     fn settle(&mut self) -> bool {
+        self.settle_for(usize::MAX)
+    }
+
+    /// At most `turns` rounds of: order one message, let every node handle its events.
+    fn settle_for(&mut self, turns: usize) -> bool {
         let fence = NoFencing;
         let mut any = false;
-        loop {
+        for _ in 0..turns {
             let mut moved = self.bus.step();
             let ids: Vec<u32> = self.nodes.keys().copied().collect();
             for id in ids {
@@ -261,6 +268,7 @@ impl Sim {
             }
             any = true;
         }
+        any
     }
 
     fn request(&mut self, rng: &mut Rng, id: u32) {
@@ -607,6 +615,72 @@ fn run(seed: u64) {
         drain_closes(node, true);
     }
     sim.check_quiet();
+}
+
+/// plock-spec §5.8 cases 1 and 2, which C leaves wrong: while a fourth node receives the
+/// table, the node sending it (case 1) or another member (case 2) crashes part-way; in the
+/// end every live replica has the same table and nothing of a live owner is lost.
+fn transfer_failure(seed: u64) {
+    let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+    let mut sim = Sim {
+        bus: SimBus::new(seed),
+        nodes: BTreeMap::new(),
+        configured: 4,
+        serial: 0,
+        seed,
+    };
+    for id in 1..=3 {
+        sim.join(id);
+        sim.settle();
+    }
+    for node in sim.nodes.values_mut() {
+        drain_closes(node, true);
+    }
+    for _ in 0..30 {
+        for id in 1..=3 {
+            sim.request(&mut rng, id);
+        }
+        sim.settle();
+    }
+    sim.join(4);
+    // part of the join and of the transfer happens, then a member dies
+    let turns = usize::try_from(rng.next(40)).expect("small");
+    sim.settle_for(turns);
+    let victim = if seed % 2 == 0 {
+        1
+    } else {
+        2 + u32::try_from(rng.next(2)).expect("small")
+    };
+    sim.bus.crash(victim);
+    if let Some(node) = sim.nodes.get_mut(&victim) {
+        node.group = None;
+    }
+    for _ in 0..10 {
+        for id in [1, 2, 3, 4] {
+            sim.request(&mut rng, id);
+        }
+        sim.settle_for(3);
+    }
+    sim.settle();
+    for node in sim.nodes.values_mut().filter(|x| x.group.is_some()) {
+        drain_closes(node, true);
+    }
+    sim.check_quiet();
+}
+
+#[test]
+fn transfer_survives_a_crash_mid_transfer() {
+    let runs = std::env::var("DLM_SIM_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(300u64);
+    let list: Vec<u64> = match std::env::var("DLM_SIM_SEED") {
+        Ok(s) => vec![s.parse().expect("DLM_SIM_SEED is a number")],
+        Err(_) => (1..=runs).collect(),
+    };
+    for seed in list {
+        transfer_failure(seed);
+    }
 }
 
 fn seeds() -> Vec<u64> {
