@@ -1,7 +1,8 @@
 //! A plock storm on three real corosync nodes (our daemon on a fake kernel each): simulated
 //! processes on every node lock and unlock random ranges of a few inodes as fast as the
 //! cluster answers; node 3 is killed (daemon and corosync) mid-storm, then rebooted and
-//! joins again while the storm goes on; finally the lockspace's members leave and rejoin
+//! joins again while the storm goes on, receiving node 2's 100,000 other locks by state
+//! transfer; finally the lockspace's members leave and rejoin
 //! one after another, so that state received by transfer is passed on again. Checked from
 //! outside: every request is answered exactly once, `dlm_tool plocks` prints the same table
 //! on every node, no two conflicting locks are ever in it, node 3's locks went with it, and
@@ -23,6 +24,8 @@ use support::Cluster;
 
 const T: Duration = Duration::from_secs(30);
 const INODES: u64 = 4;
+/// Locks node 2 holds besides the storm.
+const BIG: u64 = 100_000;
 
 fn fsid() -> u32 {
     dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"))
@@ -188,16 +191,13 @@ impl Storm {
         let _ = std::fs::remove_dir_all(fk.root().join("sys/kernel/dlm/foo"));
     }
 
+    /// This project's `dlm_tool plocks foo` on node `k` (the real one stops at 1 MiB).
     fn table(&self, k: usize) -> String {
+        let ours = Path::new(env!("CARGO_BIN_EXE_dlm_controld")).with_file_name("dlm_tool");
         let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.c.node_ns(k),
-                "dlm_tool",
-                "plocks",
-                "foo",
-            ])
+            .args(["netns", "exec", &self.c.node_ns(k)])
+            .arg(ours)
+            .args(["plocks", "foo"])
             .output()
             .expect("dlm_tool");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -220,8 +220,20 @@ impl Storm {
         for &k in nodes {
             assert!(
                 self.kernels[k - 1].wait_records(T, |r| configfs_members(r, "foo") == members),
-                "node {k}: members {:?}",
-                configfs_members(&self.kernels[k - 1].records(), "foo")
+                "node {k}: members {:?}; last records {:?}; log:\n{}",
+                configfs_members(&self.kernels[k - 1].records(), "foo"),
+                self.kernels[k - 1]
+                    .records()
+                    .iter()
+                    .rev()
+                    .take(8)
+                    .collect::<Vec<_>>(),
+                std::fs::read_to_string(
+                    self.kernels[k - 1]
+                        .root()
+                        .join("var/log/dlm_controld/dlm_controld.log")
+                )
+                .unwrap_or_default()
             );
         }
     }
@@ -256,6 +268,24 @@ fn storm_with_a_node_killed_rebooted_and_a_chain_of_rejoins() {
         s.join(k);
     }
     s.wait_members(&[1, 2, 3], &[1, 2, 3]);
+    // node 2 holds 100,000 locks on inodes of their own: node 3's rejoin below receives
+    // them all by state transfer while the storm goes on
+    let many = (0..BIG).map(|i| PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 7,
+        nodeid: 0,
+        rv: 0,
+        fsid: fsid(),
+        number: 1000 + i,
+        start: 0,
+        end: 0,
+        owner: 7,
+    });
+    assert!(s.kernels[1].send_answered(many, 64, T), "the 100,000 locks");
 
     // the storm on all three nodes; node 3 dies in the middle of it
     let stop = Arc::new(AtomicBool::new(false));
@@ -292,12 +322,18 @@ fn storm_with_a_node_killed_rebooted_and_a_chain_of_rejoins() {
     }
     let t = s.same_table(&[1, 2, 3]);
     let lines = parse(&t);
-    assert!(lines.len() > 10, "the storm left locks: {t}");
+    let stormed: Vec<Line> = lines.iter().filter(|l| l.0 < INODES).cloned().collect();
+    assert!(stormed.len() > 10, "the storm left locks: {t}");
+    assert_eq!(
+        lines.iter().filter(|l| l.0 >= 1000).count(),
+        usize::try_from(BIG).expect("small"),
+        "node 3 received the whole table"
+    );
     assert!(
         !lines.iter().any(|l| l.4 == 3),
-        "node 3's locks outlived it: {t}"
+        "node 3's locks outlived it"
     );
-    assert_no_conflict(&lines);
+    assert_no_conflict(&stormed);
 
     // node 3 (rebooted) takes locks of its own on a fresh inode
     let k3 = s.kernels[2].clone();
@@ -335,4 +371,8 @@ fn storm_with_a_node_killed_rebooted_and_a_chain_of_rejoins() {
         assert_eq!(now, expect, "after node {k} re-joined");
     }
     assert_eq!(expect.iter().filter(|l| l.0 == 9 && l.4 == 3).count(), 30);
+    assert!(
+        expect.iter().all(|l| l.0 < 1000),
+        "node 2 re-joined last: its 100,000 locks went with it"
+    );
 }

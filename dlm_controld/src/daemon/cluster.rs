@@ -8,6 +8,9 @@ use dlm_cpg::{
     Quorum,
 };
 
+/// `CS_ERR_EXIST` (corotypes.h).
+const CS_ERR_EXIST: i32 = 14;
+
 /// Quorum as the lockspaces need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct QuorumState {
@@ -46,10 +49,19 @@ impl LsGroup {
                 true,
             )));
         }
+        // CS_ERR_EXIST: corosync has not yet processed a leave of the same group by this
+        // process (a lockspace left and joined again at once); it clears within moments
+        let mut exist_tries = 0;
         loop {
             match CorosyncGroup::join(name, true) {
                 Ok(g) => return Ok(Self::Corosync(AsyncCorosyncGroup::new(g)?)),
                 Err(CpgError::TryAgain) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(CpgError::Call {
+                    code: CS_ERR_EXIST, ..
+                }) if exist_tries < 50 => {
+                    exist_tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 Err(e) => return Err(e),
             }
         }

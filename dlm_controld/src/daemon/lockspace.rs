@@ -212,6 +212,7 @@ impl Shell {
                 }
                 Action::Left => startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0)
                     .and_then(|()| {
+                        unregister(&self.ctx, &self.text);
                         self.ctx
                             .seam
                             .sysfs_write(self.core.name(), "event_done", "0")
@@ -324,6 +325,14 @@ impl Shell {
     }
 }
 
+/// Removes this lockspace's task from the registry (its own entry: no other can be added
+/// while it is there).
+fn unregister(ctx: &LsContext, name: &str) {
+    if let Ok(mut m) = ctx.registry.lock() {
+        m.remove(name);
+    }
+}
+
 /// The task of one lockspace, from `online@` to the end of its leave.
 pub(crate) async fn run(
     name: LockspaceName,
@@ -338,6 +347,7 @@ pub(crate) async fn run(
         Err(e) => {
             // cpg_join failed: the kernel's join fails with event_done = -1
             crate::log_error!("{text}: cpg_join: {e}");
+            unregister(&ctx, &text);
             let _ = ctx.seam.sysfs_write(&name, "event_done", "-1");
             let _ = ctx.done.send(text);
             return;
@@ -439,5 +449,13 @@ pub(crate) async fn run(
             _ => break,
         }
     }
-    let _ = ls.ctx.done.send(text);
+    // the group is finalized before the main task hears we are done: a join of the same
+    // lockspace that follows at once must not meet our handle still in the group
+    let done = ls.ctx.done.clone();
+    if !ls.core.has_left() {
+        // ended without a leave (corosync went away): still registered, nothing replaced us
+        unregister(&ls.ctx, &text);
+    }
+    drop(ls);
+    let _ = done.send(text);
 }

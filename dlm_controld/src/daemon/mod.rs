@@ -508,6 +508,7 @@ async fn main_loop(
         fencing: facts,
         done: done_tx,
         stateful: dg.stateful.clone(),
+        registry: registry.clone(),
     };
     loop {
         if quit && registry.lock().is_ok_and(|m| m.is_empty()) {
@@ -551,11 +552,12 @@ async fn main_loop(
                 }
             }
             Some(name) = done_rx.recv() => {
-                if let Ok(mut m) = registry.lock() {
-                    m.remove(&name);
+                // the task unregistered itself; a lockspace of that name joined again since
+                // keeps its series and its fsid
+                if !registry.lock().is_ok_and(|m| m.contains_key(&name)) {
+                    crate::metrics::get().forget(&name);
+                    fsids.retain(|_, n| *n != name);
                 }
-                crate::metrics::get().forget(&name);
-                fsids.retain(|_, n| *n != name);
             }
             () = async {
                 match paused_until {
@@ -659,6 +661,10 @@ pub(crate) struct LsContext {
     pub(crate) done: mpsc::UnboundedSender<String>,
     /// Set once any lockspace has started (`set_protocol_stateful`).
     pub(crate) stateful: Arc<std::sync::atomic::AtomicBool>,
+    /// The lockspace tasks by name; a task removes its own entry before it tells the
+    /// kernel its join failed or its leave is done, so the next `online@` for the name
+    /// (which the kernel may send at once) starts a new task.
+    pub(crate) registry: query::Registry,
     /// The plock device, for replies (`None` with `enable_plock=0`).
     pub(crate) device: Option<Arc<MiscDevice>>,
 }
