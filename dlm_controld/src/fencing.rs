@@ -400,6 +400,13 @@ impl Fencing {
         low
     }
 
+    /// The options C lets `reload_config` / `set_config` change.
+    pub fn reconfigure(&mut self, post_join_delay: u64, repeat_failed: bool, quorum: bool) {
+        self.opts.post_join_delay = post_join_delay;
+        self.opts.repeat_failed = repeat_failed;
+        self.opts.quorum = quorum;
+    }
+
     /// The daemon protocol is negotiated: fencing work may begin (`daemon_fence_allow`).
     pub fn allow(&mut self) {
         self.allowed = true;

@@ -246,3 +246,31 @@ impl Options {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/options.md names every option of the table (and `--help` the visible ones).
+    #[test]
+    fn every_option_is_documented() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/options.md"))
+                .expect("docs/options.md");
+        let help = Options::usage();
+        for o in TABLE {
+            assert!(
+                doc.contains(&format!("`--{}`", o.name)),
+                "docs/options.md lacks {}",
+                o.name
+            );
+            if !o.desc.is_empty() {
+                assert!(
+                    help.contains(&format!("--{}", o.name)),
+                    "--help lacks {}",
+                    o.name
+                );
+            }
+        }
+    }
+}

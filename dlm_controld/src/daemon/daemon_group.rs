@@ -23,6 +23,8 @@ use crate::run::{self, Runs};
 pub(crate) struct FenceFacts {
     /// Fencing enabled: lockspaces wait for failed nodes to be fenced.
     pub(crate) enabled: bool,
+    /// `enable_quorum_lockspace`: lockspace changes wait for quorum.
+    pub(crate) quorum_lockspace: bool,
     /// Per daemon node, our monotonic time it was last fenced (0: never).
     pub(crate) fenced: BTreeMap<u32, u64>,
     /// Some fencing is pending anywhere (or unknown).
@@ -419,6 +421,23 @@ impl DaemonGroup {
                 f.cluster_add.insert(n, now);
             }
             true
+        });
+    }
+
+    /// Options changed at run time (`reload_config`, `set_config`): the fencing ones that
+    /// C re-reads, and `enable_quorum_lockspace`.
+    pub(crate) fn reconfigure(&mut self, o: &crate::config::Options) {
+        use crate::config::Opt;
+        self.fencing.reconfigure(
+            u64::try_from(o.num(Opt::PostJoinDelay)).unwrap_or(0),
+            o.on(Opt::RepeatFailedFencing),
+            o.on(Opt::EnableQuorumFencing),
+        );
+        let q = o.on(Opt::EnableQuorumLockspace);
+        self.facts.send_if_modified(|f| {
+            let changed = f.quorum_lockspace != q;
+            f.quorum_lockspace = q;
+            changed
         });
     }
 

@@ -139,7 +139,7 @@ impl Shell {
             now_ms: crate::clock::monotonic_ms(),
             quorate: q.quorate,
             cluster_ring_seq: q.ring_seq,
-            quorum_required: true,
+            quorum_required: fence.quorum_lockspace,
             fencing_enabled: fence.enabled,
             fencing: &*fence,
         };

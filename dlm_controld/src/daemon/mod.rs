@@ -300,6 +300,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         }));
     let (facts_tx, facts_rx) = watch::channel(FenceFacts {
         enabled: opts.enabled,
+        quorum_lockspace: o.on(Opt::EnableQuorumLockspace),
         cluster_add: cluster_nodes.iter().map(|&n| (n, joined.0)).collect(),
         ..FenceFacts::default()
     });
@@ -547,6 +548,7 @@ async fn main_loop(
                     c => c,
                 };
                 apply_control(c, &mut config, args.conf_path.as_deref(), seam);
+                dg.reconfigure(&config.options);
                 if let Ok(mut d) = config_dump.lock() {
                     *d = Arc::new(config.options.dump());
                 }
