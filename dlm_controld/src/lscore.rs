@@ -105,6 +105,18 @@ pub struct LsReport {
     pub send_queue: usize,
 }
 
+/// A state transfer going out (see [`LsCore::pump`]).
+#[derive(Debug, Clone)]
+struct Sending {
+    cursor: dlm_plock::SnapshotCursor,
+    seq: u32,
+    body: StartBody,
+    sent: u32,
+}
+
+/// PLOCKS_DATA messages produced at the start of a transfer, before the first `pump`.
+const PUMP_AT_START: usize = 32;
+
 #[derive(Debug, Clone)]
 enum Held {
     Plock(u32, PlockInfo),
@@ -132,6 +144,8 @@ pub struct LsCore {
     data_from: u32,
     /// Our own kernel requests read while we wait for the table: multicast once we have it.
     unsent: Vec<PlockInfo>,
+    /// Our table going out to a joiner.
+    sending: Option<Sending>,
     held: Vec<Held>,
     left: bool,
 }
@@ -155,6 +169,7 @@ impl LsCore {
             transfer: None,
             data_from: 0,
             unsent: Vec::new(),
+            sending: None,
             held: Vec::new(),
             left: false,
         }
@@ -339,7 +354,7 @@ impl LsCore {
             self.saved.push((from, info));
             return;
         }
-        if self.mem.kernel_stopped() {
+        if self.mem.kernel_stopped() || self.sending.is_some() {
             self.held.push(Held::Plock(from, info));
             return;
         }
@@ -382,7 +397,12 @@ impl LsCore {
         let mut out = Vec::new();
         for f in fx {
             match f {
-                Effect::StopKernel => out.push(Action::StopKernel),
+                Effect::StopKernel => {
+                    // a membership change ends a transfer in progress: what went out is
+                    // stale and a joiner of ours starts over at the next start (§5.8)
+                    self.sending = None;
+                    out.push(Action::StopKernel);
+                }
                 Effect::PurgePlocks(n) => self.held.push(Held::Purge(n)),
                 Effect::KickNode(n) => out.push(Action::KickNode(n)),
                 Effect::SendStart { seq, flags, body } => {
@@ -415,7 +435,7 @@ impl LsCore {
                     out.push(Action::Left);
                 }
             }
-            if !self.mem.kernel_stopped() {
+            if !self.mem.kernel_stopped() && self.sending.is_none() {
                 self.release_held(e, &mut out);
             }
         }
@@ -471,25 +491,55 @@ impl LsCore {
         let Some((seq, body)) = self.mem.started_body() else {
             return;
         };
-        let mut sent = 0u32;
-        if nodes_added {
-            let header = DlmHeader {
-                msgdata: seq,
-                ..self.header(MsgType::PLOCKS_DATA)
-            };
-            for chunk in self.plocks.snapshot() {
-                let mut w = PlocksDataWriter::new(&header, chunk.resource);
-                for entry in chunk.entries() {
-                    w.push(entry);
+        if !nodes_added {
+            out.push(Action::Send(self.plocks_done(seq, 0, &body)));
+            return;
+        }
+        // the table as of this start goes out a portion at a time (`pump`); until the last
+        // portion, delivered plock messages wait in `held`, so the table stays as of now
+        self.sending = Some(Sending {
+            cursor: self.plocks.snapshot_cursor(),
+            seq,
+            body,
+            sent: 0,
+        });
+        out.extend(self.pump(e, PUMP_AT_START));
+    }
+
+    /// Sending our table to a joiner (`send_all_plocks_data`) is in progress.
+    pub fn sending(&self) -> bool {
+        self.sending.is_some()
+    }
+
+    /// The next at most `max` PLOCKS_DATA messages of the transfer in progress; after the
+    /// last, PLOCKS_DONE, and the plock messages held meanwhile are applied.
+    pub fn pump(&mut self, e: &LsEnv<'_>, max: usize) -> Vec<Action> {
+        let mut out = Vec::new();
+        let Some(mut st) = self.sending.take() else {
+            return out;
+        };
+        let header = DlmHeader {
+            msgdata: st.seq,
+            ..self.header(MsgType::PLOCKS_DATA)
+        };
+        for _ in 0..max {
+            let Some(chunk) = st.cursor.next_chunk(&self.plocks) else {
+                out.push(Action::Send(self.plocks_done(st.seq, st.sent, &st.body)));
+                out.push(Action::TransferSent { messages: st.sent });
+                if !self.mem.kernel_stopped() {
+                    self.release_held(e, &mut out);
                 }
-                out.push(Action::Send(w.as_bytes().to_vec()));
-                sent += 1;
+                return out;
+            };
+            let mut w = PlocksDataWriter::new(&header, chunk.resource);
+            for entry in chunk.entries() {
+                w.push(entry);
             }
+            out.push(Action::Send(w.as_bytes().to_vec()));
+            st.sent += 1;
         }
-        out.push(Action::Send(self.plocks_done(seq, sent, &body)));
-        if nodes_added {
-            out.push(Action::TransferSent { messages: sent });
-        }
+        self.sending = Some(st);
+        out
     }
 
     fn plocks_done(&self, seq: u32, count: u32, body: &StartBody) -> Vec<u8> {

@@ -262,6 +262,13 @@ impl Sim {
                     moved = true;
                 }
                 Self::perform(node, a, seed);
+                // a transfer goes out a few messages per turn, interleaved with the rest
+                if node.core.sending() {
+                    moved = true;
+                    let env = Self::env(&fence, quorate, 0);
+                    let a = node.core.pump(&env, 2);
+                    Self::perform(node, a, seed);
+                }
             }
             if !moved {
                 return any;

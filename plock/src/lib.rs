@@ -53,4 +53,4 @@ mod snapshot;
 pub use dump::DumpEntry;
 pub use effects::{ApplyError, Reply, RestoreError};
 pub use lockspace::Lockspace;
-pub use snapshot::{Chunk, Snapshot};
+pub use snapshot::{Chunk, Snapshot, SnapshotCursor};

@@ -42,6 +42,23 @@ impl Chunk {
 #[derive(Debug)]
 pub struct Snapshot<'a> {
     ls: &'a Lockspace,
+    cursor: SnapshotCursor,
+}
+
+impl<'a> Snapshot<'a> {
+    pub(crate) fn new(ls: &'a Lockspace) -> Self {
+        Self {
+            ls,
+            cursor: SnapshotCursor::new(ls),
+        }
+    }
+}
+
+/// The position in a state transfer stream, owned (no borrow of the table), so a sender can
+/// hand out a portion at a time between other work. The table must not change between the
+/// cursor's creation and its end: the caller holds back applying messages meanwhile.
+#[derive(Debug, Clone)]
+pub struct SnapshotCursor {
     resources: Vec<u32>,
     next_resource: usize,
     /// Position inside the current resource: the entries already sent.
@@ -49,15 +66,20 @@ pub struct Snapshot<'a> {
     current: Option<(u32, Vec<Slot>, Vec<Slot>)>,
 }
 
-impl<'a> Snapshot<'a> {
-    pub(crate) fn new(ls: &'a Lockspace) -> Self {
+impl SnapshotCursor {
+    fn new(ls: &Lockspace) -> Self {
         Self {
-            ls,
             resources: ls.resources_in_order().collect(),
             next_resource: 0,
             sent: 0,
             current: None,
         }
+    }
+
+    /// The next message of the stream of `ls` (the table the cursor was made from,
+    /// unchanged since), or `None` at the end.
+    pub fn next_chunk(&mut self, ls: &Lockspace) -> Option<Chunk> {
+        next_chunk(self, ls)
     }
 }
 
@@ -85,53 +107,61 @@ impl Iterator for Snapshot<'_> {
     type Item = Chunk;
 
     fn next(&mut self) -> Option<Chunk> {
-        let ls = self.ls;
-        if self.current.is_none() {
-            let r = *self.resources.get(self.next_resource)?;
-            self.next_resource += 1;
-            let res = ls.res(r);
-            let locks: Vec<Slot> = ls.locks.iter(&res.locks).collect();
-            let waiters: Vec<Slot> = ls.waiters.iter(&res.waiters).collect();
-            self.current = Some((r, locks, waiters));
-            self.sent = 0;
-        }
-        let (r, locks, waiters) = self.current.as_ref()?;
-        let total = locks.len() + waiters.len();
-        let mut chunk = Chunk {
-            resource: ResourceData {
-                number: ls.res(*r).number,
-                owner: 0,
-                flags: if self.sent == 0 { 0 } else { RD_CONTINUE },
-            },
-            entries: [None; MAX_PLOCKS_DATA_ENTRIES],
-            len: 0,
-        };
-        while chunk.len < MAX_PLOCKS_DATA_ENTRIES && self.sent < total {
-            let i = self.sent;
-            let e = if i < locks.len() {
-                let s = locks[i];
-                let (start, end) = ls.locks.range(s);
-                let l = ls.locks.get(s);
-                entry(l.nodeid, start, end, l.owner, l.pid, l.ex, false)
-            } else {
-                let w = &ls.waiters.get(waiters[i - locks.len()]).info;
-                entry(w.nodeid, w.start, w.end, w.owner, w.pid, w.ex, true)
-            };
-            chunk.entries[chunk.len] = Some(e);
-            chunk.len += 1;
-            self.sent += 1;
-        }
-        if self.sent >= total {
-            self.current = None;
-        }
-        Some(chunk)
+        next_chunk(&mut self.cursor, self.ls)
     }
+}
+
+fn next_chunk(c: &mut SnapshotCursor, ls: &Lockspace) -> Option<Chunk> {
+    if c.current.is_none() {
+        let r = *c.resources.get(c.next_resource)?;
+        c.next_resource += 1;
+        let res = ls.res(r);
+        let locks: Vec<Slot> = ls.locks.iter(&res.locks).collect();
+        let waiters: Vec<Slot> = ls.waiters.iter(&res.waiters).collect();
+        c.current = Some((r, locks, waiters));
+        c.sent = 0;
+    }
+    let (r, locks, waiters) = c.current.as_ref()?;
+    let total = locks.len() + waiters.len();
+    let mut chunk = Chunk {
+        resource: ResourceData {
+            number: ls.res(*r).number,
+            owner: 0,
+            flags: if c.sent == 0 { 0 } else { RD_CONTINUE },
+        },
+        entries: [None; MAX_PLOCKS_DATA_ENTRIES],
+        len: 0,
+    };
+    while chunk.len < MAX_PLOCKS_DATA_ENTRIES && c.sent < total {
+        let i = c.sent;
+        let e = if i < locks.len() {
+            let s = locks[i];
+            let (start, end) = ls.locks.range(s);
+            let l = ls.locks.get(s);
+            entry(l.nodeid, start, end, l.owner, l.pid, l.ex, false)
+        } else {
+            let w = &ls.waiters.get(waiters[i - locks.len()]).info;
+            entry(w.nodeid, w.start, w.end, w.owner, w.pid, w.ex, true)
+        };
+        chunk.entries[chunk.len] = Some(e);
+        chunk.len += 1;
+        c.sent += 1;
+    }
+    if c.sent >= total {
+        c.current = None;
+    }
+    Some(chunk)
 }
 
 impl Lockspace {
     /// The state transfer stream of this table, lazily.
     pub fn snapshot(&self) -> Snapshot<'_> {
         Snapshot::new(self)
+    }
+
+    /// The same stream as a cursor that does not borrow the table (see [`SnapshotCursor`]).
+    pub fn snapshot_cursor(&self) -> SnapshotCursor {
+        SnapshotCursor::new(self)
     }
 
     /// Applies one received PLOCKS_DATA message (`receive_plocks_data`, default mode).

@@ -429,9 +429,14 @@ pub(crate) async fn run(
                 } else {
                     tokio::task::yield_now().await;
                 }
-            }, if ls.group.queued() > 0 => {}
+            }, if ls.group.queued() > 0 || ls.core.sending() => {}
         }
         ls.drain();
+        // a state transfer going out: the next portion once corosync has taken the last
+        if ls.core.sending() && ls.group.queued() < SEND_PER_TURN {
+            let a = ls.with_env(|core, env| core.pump(env, SEND_PER_TURN));
+            ls.perform(a);
+        }
         match ls.group.flush_some(SEND_PER_TURN) {
             Ok(f) => {
                 if f == Flush::PushedBack {
