@@ -1,5 +1,5 @@
 //! The plock path on one node (embedded group) through the fake kernel's device: lock,
-//! conflict, GET, a blocking lock granted by the unlock, CLOSE (no reply), an unknown
+//! conflict, GET, a blocking lock granted by the unlock, CLOSE (no reply), CANCEL, an unknown
 //! lockspace (-EEXIST), bad records dropped without losing the next, and replies to a burst
 //! of non-blocking requests in request order.
 
@@ -160,6 +160,34 @@ fn plocks_through_the_device() {
         },
         "the close really unlocked"
     );
+
+    // CANCEL (kernels >= 6.6): an interrupted wait is removed (0) and its LOCK never
+    // answered; a CANCEL that finds no waiter gets -ENOENT
+    let hold = req(PlockOp::LOCK, 5, true, false, 0, 9, fsid);
+    k.send_plock(&hold).expect("send");
+    assert_eq!(reply(&k).rv, 0);
+    let w = req(PlockOp::LOCK, 6, true, true, 5, 5, fsid);
+    k.send_plock(&w).expect("send");
+    assert!(k.recv_plock_raw(Duration::from_millis(300)).is_none());
+    let cancel = PlockInfo {
+        op: PlockOp::CANCEL,
+        wait: false,
+        ..w
+    };
+    k.send_plock(&cancel).expect("send");
+    let r = reply(&k);
+    assert_eq!((r.op, r.rv), (PlockOp::CANCEL, 0), "{r:?}");
+    k.send_plock(&cancel).expect("send");
+    let r = reply(&k);
+    assert_eq!((r.op, r.rv), (PlockOp::CANCEL, -2), "{r:?}");
+    let unlock = req(PlockOp::UNLOCK, 5, true, false, 0, 9, fsid);
+    k.send_plock(&unlock).expect("send");
+    assert_eq!(
+        reply(&k).op,
+        PlockOp::UNLOCK,
+        "the cancelled LOCK is never granted"
+    );
+    assert!(k.recv_plock_raw(Duration::from_millis(300)).is_none());
 
     // a burst of non-blocking requests on one fsid: replies in request order
     let burst: Vec<PlockInfo> = (0..200u64)
