@@ -36,6 +36,8 @@ enum Op {
     ReloadConfig,
     SetConfig(String),
     FenceAck(i32),
+    /// deadlock_check: one request on the main socket, no reply.
+    DeadlockCheck,
     /// join / leave / joinleave through the kernel's dlm-control device.
     Join {
         name: String,
@@ -91,7 +93,11 @@ Commands served by this build:
                   -f 1 a file system's lockspace)
   leave <name>    release it; joinleave <name> both
 
-Not yet in this build (use the C dlm_tool): deadlock_check, lockdump, lockdebug
+  deadlock_check <name>  asks the daemon for a deadlock check (compiled out of the
+                  C daemon 4.x too: it only logs the request)
+
+Not in this build (use the C dlm_tool; they read the kernel's debugfs, not the
+daemon): lockdump, lockdebug
 
 Options:
   -n              with ls, also every node the lockspace has seen
@@ -102,7 +108,7 @@ Options:
   -M, -s, -w      accepted, used by commands not in this build
 ";
 
-const NOT_YET: &[&str] = &["deadlock_check", "lockdump", "lockdebug"];
+const NOT_YET: &[&str] = &["lockdump", "lockdebug"];
 
 /// getopt("MhVnm:e:f:vwsi:") with GNU permutation, then the first known command word and
 /// the word after it (`decode_arguments`).
@@ -191,6 +197,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
         "join",
         "leave",
         "joinleave",
+        "deadlock_check",
     ];
     let Some(at) = words
         .iter()
@@ -211,6 +218,9 @@ fn parse(args: &[String]) -> Result<Op, String> {
             .ok_or_else(|| "lockspace name required".to_owned()),
         "status" => Ok(Op::Status { verbose, json }),
         "reload_config" => Ok(Op::ReloadConfig),
+        "deadlock_check" => name
+            .map(|_| Op::DeadlockCheck)
+            .ok_or_else(|| "lockspace name required".to_owned()),
         "join" | "leave" | "joinleave" => {
             let name = name.ok_or_else(|| "lockspace name required".to_owned())?;
             if dlm_proto::LockspaceName::new(name.as_bytes()).is_err() {
@@ -618,6 +628,10 @@ fn main() -> ExitCode {
             all,
             wait_sec,
         } => run(start.as_deref(), check, uuid, cancel, (all, wait_sec)),
+        Op::DeadlockCheck => match client::send_main(&Request::DeadlockCheck) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        },
         // as C: nothing printed, no reply awaited
         Op::FenceAck(nodeid) => match client::send_main(&Request::FenceAck { nodeid }) {
             Ok(()) => ExitCode::SUCCESS,
@@ -745,6 +759,8 @@ mod tests {
         assert!(p("fence_ack").is_err());
         assert!(p("fence_ack x").is_err());
         assert!(p("lockdump foo").is_err_and(|e| e.contains("not in this build")));
+        assert_eq!(p("deadlock_check foo"), Ok(Op::DeadlockCheck));
+        assert!(p("deadlock_check").is_err());
         assert!(matches!(
             p("-m 0644 -e 1 join foo"),
             Ok(Op::Join {
