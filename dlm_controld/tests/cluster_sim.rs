@@ -12,6 +12,9 @@
 //! `DLM_SIM_SEED=n` replays it, `DLM_SIM_RUNS=n` sets the number of seeds (default 1000).
 //! A second scenario crashes the sending node or another member part-way through a state
 //! transfer (plock-spec §5.8 cases 1 and 2, which C ends with a partial or stale table).
+//! Fencing outcomes: a failed node is fenced a random number of ticks after it fails; until
+//! then no replica of a survivor may lose any of its locks or waiters (the lockspace waits
+//! for fencing), and at the end every replica has purged them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,15 +28,22 @@ const NAME: &[u8] = b"dlm:ls:sim\0";
 const INODES: u64 = 3;
 const BYTES: u64 = 12;
 
-#[derive(Debug)]
-struct NoFencing;
+/// Fencing as the daemon group reports it: a failed node counts as fenced from the tick
+/// its (simulated) fencing completes; until then every lockspace that lost it must wait.
+#[derive(Debug, Default, Clone)]
+struct SimFence {
+    /// Node → tick it was fenced.
+    fenced: BTreeMap<u32, u64>,
+    /// Failed nodes whose fencing has not completed.
+    pending: BTreeSet<u32>,
+}
 
-impl FenceView for NoFencing {
-    fn fence_time(&self, _: u32) -> Option<u64> {
-        Some(u64::MAX)
+impl FenceView for SimFence {
+    fn fence_time(&self, nodeid: u32) -> Option<u64> {
+        Some(self.fenced.get(&nodeid).copied().unwrap_or(0))
     }
     fn in_progress(&self) -> bool {
-        false
+        !self.pending.is_empty()
     }
     fn cluster_add_time(&self, _: u32) -> u64 {
         0
@@ -82,6 +92,29 @@ struct Sim {
     configured: u32,
     serial: u32,
     seed: u64,
+    /// Ticks (the lockspaces' monotonic seconds).
+    clock: u64,
+    fence: SimFence,
+}
+
+/// What the fencing checks remember.
+#[derive(Debug, Default)]
+struct Watch {
+    /// Failed node → tick its fencing completes.
+    fence_at: BTreeMap<u32, u64>,
+    /// (survivor, failed node) → the failed node's entries in the survivor's table.
+    held: BTreeMap<(u32, u32), usize>,
+}
+
+/// `n` is a joiner still waiting for the table.
+fn receiving(n: &Node) -> bool {
+    n.core.report().info.flags.0 & dlm_proto::query::LockspaceFlags::NEED_PLOCKS != 0
+}
+
+/// Locks and waiters of `nodeid` in `n`'s table.
+fn entries_of(n: &Node, nodeid: u32) -> usize {
+    let id = i32::try_from(nodeid).expect("small");
+    n.core.plocks().dump(0).filter(|e| e.nodeid == id).count()
 }
 
 fn mask(start: u64, end: u64) -> u64 {
@@ -89,14 +122,14 @@ fn mask(start: u64, end: u64) -> u64 {
 }
 
 impl Sim {
-    fn env<'a>(fence: &'a NoFencing, quorate: bool, ring: u64) -> LsEnv<'a> {
+    fn env<'a>(fence: &'a SimFence, clock: u64, quorate: bool, ring: u64) -> LsEnv<'a> {
         LsEnv {
-            now: 1,
-            now_ms: 1,
+            now: clock,
+            now_ms: clock * 1000,
             quorate,
             cluster_ring_seq: ring,
             quorum_required: true,
-            fencing_enabled: false,
+            fencing_enabled: true,
             fencing: fence,
         }
     }
@@ -225,6 +258,68 @@ impl Sim {
         }
     }
 
+    /// Node `victim` fails now (a crash); its fencing completes `delay` ticks later. Every
+    /// survivor's entries of the victim are remembered: none may go before the fencing.
+    fn fail(&mut self, victim: u32, delay: u64, watch: &mut Watch) {
+        self.bus.crash(victim);
+        if let Some(node) = self.nodes.get_mut(&victim) {
+            node.group = None;
+        }
+        self.fence.pending.insert(victim);
+        watch.fence_at.insert(victim, self.clock + delay);
+        // (a joiner still receiving the table is not yet a replica: it is not watched)
+        for n in self
+            .nodes
+            .values()
+            .filter(|n| n.group.is_some() && !receiving(n))
+        {
+            let count = entries_of(n, victim);
+            watch.held.insert((n.id, victim), count);
+        }
+    }
+
+    /// One tick: the clock moves, due fencing completes, and no survivor has lost a failed
+    /// node's entries before it was fenced.
+    fn tick(&mut self, watch: &mut Watch) {
+        self.clock += 1;
+        let due: Vec<u32> = watch
+            .fence_at
+            .iter()
+            .filter(|(_, at)| **at <= self.clock)
+            .map(|(v, _)| *v)
+            .collect();
+        for v in due {
+            watch.fence_at.remove(&v);
+            self.fence.pending.remove(&v);
+            self.fence.fenced.insert(v, self.clock);
+            watch.held.retain(|(_, victim), _| *victim != v);
+        }
+        self.check_fencing_held(watch);
+    }
+
+    fn check_fencing_held(&self, watch: &Watch) {
+        for (&(survivor, victim), &count) in &watch.held {
+            let Some(n) = self.nodes.get(&survivor).filter(|n| n.group.is_some()) else {
+                continue;
+            };
+            assert_eq!(
+                entries_of(n, victim),
+                count,
+                "seed {}: node {survivor} dropped node {victim}'s locks before it was fenced",
+                self.seed
+            );
+        }
+    }
+
+    /// Every pending fencing completes now; then the cluster settles.
+    fn fence_all(&mut self, watch: &mut Watch) {
+        for at in watch.fence_at.values_mut() {
+            *at = self.clock;
+        }
+        self.tick(watch);
+        self.settle();
+    }
+
     /// Delivers until nothing moves; returns whether anything did.
     fn settle(&mut self) -> bool {
         self.settle_for(usize::MAX)
@@ -232,7 +327,8 @@ impl Sim {
 
     /// At most `turns` rounds of: order one message, let every node handle its events.
     fn settle_for(&mut self, turns: usize) -> bool {
-        let fence = NoFencing;
+        let fence = self.fence.clone();
+        let clock = self.clock;
         let mut any = false;
         for _ in 0..turns {
             let mut moved = self.bus.step();
@@ -251,12 +347,12 @@ impl Sim {
                 }
                 for ev in events {
                     moved = true;
-                    let env = Self::env(&fence, quorate, 0);
+                    let env = Self::env(&fence, clock, quorate, 0);
                     let a = node.core.event(&env, ev);
                     Self::perform(node, a, seed);
                     check_table(node, seed);
                 }
-                let env = Self::env(&fence, quorate, 0);
+                let env = Self::env(&fence, clock, quorate, 0);
                 let a = node.core.poll(&env);
                 if !a.is_empty() {
                     moved = true;
@@ -265,7 +361,7 @@ impl Sim {
                 // a transfer goes out a few messages per turn, interleaved with the rest
                 if node.core.sending() {
                     moved = true;
-                    let env = Self::env(&fence, quorate, 0);
+                    let env = Self::env(&fence, clock, quorate, 0);
                     let a = node.core.pump(&env, 2);
                     Self::perform(node, a, seed);
                 }
@@ -548,6 +644,8 @@ fn run(seed: u64) {
         configured: n,
         serial: 0,
         seed,
+        clock: 1,
+        fence: SimFence::default(),
     };
     // all but the last node join first; the last joins during the storm
     for id in 1..n {
@@ -561,18 +659,15 @@ fn run(seed: u64) {
     let crash_at = 40 + rng.next(40);
     let join_at = 20 + rng.next(60);
     let split_at = 100 + rng.next(30);
-    let mut crashed = None;
+    let mut watch = Watch::default();
     for t in 0..180u64 {
         if t == join_at {
             sim.join(n);
         }
         if t == crash_at {
             let victim = 1 + u32::try_from(rng.next(u64::from(n - 1))).expect("small");
-            sim.bus.crash(victim);
-            if let Some(node) = sim.nodes.get_mut(&victim) {
-                node.group = None;
-            }
-            crashed = Some(victim);
+            let delay = rng.next(25);
+            sim.fail(victim, delay, &mut watch);
         }
         let live: Vec<u32> = sim
             .nodes
@@ -598,9 +693,9 @@ fn run(seed: u64) {
                 .map(|x| x.id)
                 .collect();
             for id in lone {
-                sim.bus.crash(id);
+                let delay = rng.next(10);
+                sim.fail(id, delay, &mut watch);
                 if let Some(node) = sim.nodes.get_mut(&id) {
-                    node.group = None;
                     node.side = 0;
                 }
             }
@@ -615,9 +710,9 @@ fn run(seed: u64) {
         }
         sim.settle();
         check_grants(&sim);
+        sim.tick(&mut watch);
     }
-    let _ = crashed;
-    sim.settle();
+    sim.fence_all(&mut watch);
     for node in sim.nodes.values_mut().filter(|x| x.group.is_some()) {
         drain_closes(node, true);
     }
@@ -635,6 +730,8 @@ fn transfer_failure(seed: u64) {
         configured: 4,
         serial: 0,
         seed,
+        clock: 1,
+        fence: SimFence::default(),
     };
     for id in 1..=3 {
         sim.join(id);
@@ -658,17 +755,17 @@ fn transfer_failure(seed: u64) {
     } else {
         2 + u32::try_from(rng.next(2)).expect("small")
     };
-    sim.bus.crash(victim);
-    if let Some(node) = sim.nodes.get_mut(&victim) {
-        node.group = None;
-    }
+    let mut watch = Watch::default();
+    let delay = rng.next(8);
+    sim.fail(victim, delay, &mut watch);
     for _ in 0..10 {
         for id in [1, 2, 3, 4] {
             sim.request(&mut rng, id);
         }
         sim.settle_for(3);
+        sim.tick(&mut watch);
     }
-    sim.settle();
+    sim.fence_all(&mut watch);
     for node in sim.nodes.values_mut().filter(|x| x.group.is_some()) {
         drain_closes(node, true);
     }

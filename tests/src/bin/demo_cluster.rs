@@ -129,6 +129,13 @@ fn fence_setup(base: &Path) -> std::io::Result<PathBuf> {
     Ok(log)
 }
 
+/// A progress line before a wait of more than a moment.
+fn progress(what: &str) {
+    use std::io::Write;
+    println!("  ... waiting: {what}");
+    let _ = std::io::stdout().flush();
+}
+
 /// Polls `what` every 100 ms for up to `limit` until it returns `Some`.
 fn poll<T>(limit: Duration, mut what: impl FnMut() -> Option<T>) -> Option<T> {
     let end = std::time::Instant::now() + limit;
@@ -196,6 +203,7 @@ fn main() -> ExitCode {
         failures: Vec::new(),
     };
     println!("== 1. three corosync nodes in network namespaces (127.100.0.1-3, udpu)");
+    progress("corosync forms its ring");
     let mut c = support::Cluster::start("demo", 3);
     let base = std::env::temp_dir().join(format!("dlm-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
@@ -306,6 +314,7 @@ fn main() -> ExitCode {
     println!("== 7. node 3 dies (dlm_controld and corosync killed); node 1 fences it");
     drop(daemons.pop());
     c.signal(3, libc::SIGKILL);
+    progress("corosync notices node 3 is gone (a few seconds), then fencing starts");
     let waiting = poll(T, || {
         let ls = tool(&c.node_ns(1), &["ls"]);
         ls.contains("wait fencing").then_some(ls)
@@ -317,6 +326,7 @@ fn main() -> ExitCode {
         waiting.is_some(),
         "node 1: the lockspace waits for node 3 to be fenced",
     );
+    progress("the demo fence agent takes three seconds");
     let asked = poll(T, || {
         std::fs::read_to_string(&fence_log)
             .ok()
