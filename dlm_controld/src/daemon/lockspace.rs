@@ -122,6 +122,8 @@ struct Shell {
     metrics: LsMetrics,
     core: LsCore,
     text: String,
+    /// The name shared with the plock log's records.
+    name_arc: std::sync::Arc<str>,
     /// Local requests not yet answered, with the time each was read (for the latency
     /// histogram); identical outstanding requests queue in order.
     pending: std::collections::HashMap<PendingKey, std::collections::VecDeque<std::time::Instant>>,
@@ -302,11 +304,7 @@ impl Shell {
                 ..
             }) = dlm_proto::wire::Message::decode(payload)
             {
-                crate::log_plock!(
-                    &self.text,
-                    "receive plock {}",
-                    crate::log::plock_words(&info)
-                );
+                crate::log::plock_op(&self.name_arc, crate::log::PlockLine::Receive, &info);
             }
         }
         let actions = self.with_env(|core, env| core.event(env, ev));
@@ -359,6 +357,7 @@ pub(crate) async fn run(
         metrics: LsMetrics::new(&text),
         core: LsCore::new(name, ctx.our, ctx.embedded),
         text: text.clone(),
+        name_arc: std::sync::Arc::from(text.as_str()),
         pending: std::collections::HashMap::new(),
         conf,
         group,

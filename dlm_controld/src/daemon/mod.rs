@@ -497,7 +497,7 @@ async fn main_loop(
         ),
         None => None,
     };
-    let mut fsids: BTreeMap<u32, String> = BTreeMap::new();
+    let mut fsids: BTreeMap<u32, Arc<str>> = BTreeMap::new();
     let mut rate = crate::rate::RateLimit::default();
     let mut paused_until: Option<tokio::time::Instant> = None;
     let ctx = LsContext {
@@ -558,7 +558,7 @@ async fn main_loop(
                 // keeps its series and its fsid
                 if !registry.lock().is_ok_and(|m| m.contains_key(&name)) {
                     crate::metrics::get().forget(&name);
-                    fsids.retain(|_, n| *n != name);
+                    fsids.retain(|_, n| **n != *name);
                 }
             }
             () = async {
@@ -740,7 +740,7 @@ fn handle_uevent(
     ctx: &LsContext,
     bytes: &[u8],
     registry: &query::Registry,
-    fsids: &mut BTreeMap<u32, String>,
+    fsids: &mut BTreeMap<u32, Arc<str>>,
 ) {
     let Ok(mut lockspaces) = registry.lock() else {
         return;
@@ -759,7 +759,10 @@ fn handle_uevent(
                 .cloned()
                 .unwrap_or_default();
             let (tx, rx) = mpsc::unbounded_channel();
-            fsids.insert(dlm_proto::wire::global_id(&ev.lockspace), name.clone());
+            fsids.insert(
+                dlm_proto::wire::global_id(&ev.lockspace),
+                Arc::from(name.as_str()),
+            );
             lockspaces.insert(name, tx);
             tokio::spawn(lockspace::run(ev.lockspace, conf, ctx.clone(), rx));
         }
@@ -797,7 +800,7 @@ const EEXIST: i32 = 17;
 fn plock_request(
     bytes: &[u8],
     our: u32,
-    fsids: &BTreeMap<u32, String>,
+    fsids: &BTreeMap<u32, Arc<str>>,
     registry: &query::Registry,
     device: &MiscDevice,
 ) {
@@ -816,7 +819,7 @@ fn plock_request(
     // requests for a known lockspace are counted by its task
     let name = fsids.get(&info.fsid);
     match name {
-        Some(n) => crate::log_plock!(n, "read plock {}", crate::log::plock_words(&info)),
+        Some(n) => crate::log::plock_op(n, crate::log::PlockLine::Read, &info),
         // a plock-log line, as C: a kernel request, not bad input (and no syslog flood)
         None => {
             crate::metrics::get()
@@ -835,7 +838,7 @@ fn plock_request(
             );
         }
     }
-    let task = name.and_then(|n| lockspaces.get(n));
+    let task = name.and_then(|n| lockspaces.get(&**n));
     match task {
         Some(tx) => {
             let _ = tx.send(LsCommand::Plock(info, std::time::Instant::now()));

@@ -4,8 +4,10 @@
 //! errors and notices also go to syslog (ident `dlm_controld`, facility LOCAL4) and the log
 //! file; debug lines to the log file with `debug_logfile`, to stderr with `daemon_debug`.
 
+mod plock_ring;
 mod ring;
 
+pub use plock_ring::{PlockLine, PlockRing};
 pub use ring::{RING_SIZE, Ring};
 
 use std::fmt::Arguments;
@@ -40,7 +42,7 @@ pub struct Sinks {
 
 struct Logger {
     debug: Ring,
-    plock: Ring,
+    plock: PlockRing,
     file: Option<File>,
     sinks: Sinks,
 }
@@ -54,7 +56,7 @@ fn logger() -> &'static Mutex<Logger> {
     LOGGER.get_or_init(|| {
         Mutex::new(Logger {
             debug: Ring::default(),
-            plock: Ring::default(),
+            plock: PlockRing::default(),
             file: None,
             sinks: Sinks::default(),
         })
@@ -143,7 +145,7 @@ pub fn log(level: Level, name: Option<&str>, plock: bool, plock_only: bool, msg:
         l.debug.push(line.as_bytes());
     }
     if plock {
-        l.plock.push(line.as_bytes());
+        l.plock.push_text(&line);
     }
     if level <= Level::Info && l.sinks.syslog {
         if let Ok(c) = std::ffi::CString::new(line.trim_end()) {
@@ -163,6 +165,38 @@ pub fn log(level: Level, name: Option<&str>, plock: bool, plock_only: bool, msg:
     }
 }
 
+/// A plock request's `read plock` / `receive plock` line: a record in the plock ring,
+/// formatted only when dumped (or at once when debugging to stderr or the log file).
+pub fn plock_op(ls: &std::sync::Arc<str>, line: PlockLine, info: &dlm_proto::kernel::PlockInfo) {
+    let now = crate::clock::monotonic_secs();
+    let Ok(mut l) = logger().lock() else {
+        return;
+    };
+    l.plock.push_plock(now, ls, line, info);
+    let stderr = l.sinks.stderr && l.sinks.plock_stderr;
+    if !stderr && !l.sinks.debug_logfile {
+        return;
+    }
+    let what = match line {
+        PlockLine::Read => "read",
+        PlockLine::Receive => "receive",
+    };
+    let text = format_line(
+        now,
+        Some(ls),
+        format_args!("{what} plock {}", PlockWords(info)),
+    );
+    if l.sinks.debug_logfile {
+        let st = stamp();
+        if let Some(f) = l.file.as_mut() {
+            let _ = write!(f, "{st} {text}");
+        }
+    }
+    if stderr {
+        let _ = std::io::stderr().write_all(text.as_bytes());
+    }
+}
+
 /// The words C's plock log uses for a request: `<number> <LK|UN|GET|??> <WR|RD|->
 /// <start>-<end> <nodeid>/<pid>/<owner> w <wait>` (plock.c `op_str`, `ex_str`); written
 /// straight into the log line, without a String of its own.
@@ -172,7 +206,7 @@ pub fn plock_words(info: &dlm_proto::kernel::PlockInfo) -> PlockWords<'_> {
 
 /// See [`plock_words`].
 #[derive(Debug)]
-pub struct PlockWords<'a>(&'a dlm_proto::kernel::PlockInfo);
+pub struct PlockWords<'a>(pub(crate) &'a dlm_proto::kernel::PlockInfo);
 
 impl std::fmt::Display for PlockWords<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
