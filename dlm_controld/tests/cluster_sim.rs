@@ -14,7 +14,9 @@
 //! transfer (plock-spec §5.8 cases 1 and 2, which C ends with a partial or stale table).
 //! Fencing outcomes: a failed node is fenced a random number of ticks after it fails; until
 //! then no replica of a survivor may lose any of its locks or waiters (the lockspace waits
-//! for fencing), and at the end every replica has purged them.
+//! for fencing), and at the end every replica has purged them. At the very end every waiter
+//! left must still conflict with a granted lock of another owner (after a no-op UNLOCK on
+//! each inode, for C's single-pass anomaly): a waiter whose conflict went away was granted.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -444,6 +446,82 @@ impl Sim {
         Self::perform(node, a, self.seed);
     }
 
+    /// An UNLOCK of a byte nobody uses, by an owner that holds nothing, on `number` from
+    /// node `id`: it changes no lock but runs the resource's waiter pass everywhere.
+    fn poke(&mut self, id: u32, number: u64) {
+        let Some(node) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        self.serial += 1;
+        let info = PlockInfo {
+            version: PLOCK_VERSION,
+            op: PlockOp::UNLOCK,
+            ex: false,
+            wait: false,
+            flags: PlockFlags(0),
+            pid: self.serial,
+            nodeid: i32::try_from(id).expect("small"),
+            rv: 0,
+            fsid: node.core.global_id(),
+            number,
+            start: BYTES + 10,
+            end: BYTES + 10,
+            owner: u64::from(id) * 10 + 9,
+        };
+        node.requests.insert(
+            info.pid,
+            Pending {
+                info,
+                replies: 0,
+                rv: None,
+            },
+        );
+        node.fifo.push_back(info.pid);
+        let a = node.core.request(&info);
+        Self::perform(node, a, self.seed);
+    }
+
+    /// Every waiter left must still conflict with a granted lock of another owner: one
+    /// whose conflict went away was granted. C's single waiter pass can leave one grantable
+    /// until the next operation on its inode (plock-spec §2.8), so every inode first gets a
+    /// no-op UNLOCK, until passes grant nothing more.
+    fn check_waiters(&mut self) {
+        let Some(&poker) = self
+            .nodes
+            .values()
+            .find(|n| n.group.is_some())
+            .map(|n| &n.id)
+        else {
+            return;
+        };
+        for _ in 0..4 {
+            for number in 0..INODES {
+                self.poke(poker, number);
+            }
+            self.settle();
+        }
+        let seed = self.seed;
+        for n in self.nodes.values().filter(|n| n.group.is_some()) {
+            let entries: Vec<_> = n.core.plocks().dump(0).collect();
+            for w in entries.iter().filter(|e| e.waiting) {
+                let blocked = entries.iter().any(|g| {
+                    !g.waiting
+                        && g.number == w.number
+                        && (g.nodeid, g.owner) != (w.nodeid, w.owner)
+                        && g.start <= w.end
+                        && w.start <= g.end
+                        && (g.ex || w.ex)
+                });
+                assert!(
+                    blocked,
+                    "seed {seed}: node {}: waiter {w:?} could be granted\n{}",
+                    n.id,
+                    n.core.plocks().dump_text()
+                );
+            }
+        }
+    }
+
     /// Whole-cluster checks at a quiet moment (no partition, every live node started).
     fn check_quiet(&self) {
         let seed = self.seed;
@@ -713,6 +791,11 @@ fn run(seed: u64) {
         sim.tick(&mut watch);
     }
     sim.fence_all(&mut watch);
+    for node in sim.nodes.values_mut().filter(|x| x.group.is_some()) {
+        drain_closes(node, true);
+    }
+    sim.check_quiet();
+    sim.check_waiters();
     for node in sim.nodes.values_mut().filter(|x| x.group.is_some()) {
         drain_closes(node, true);
     }
