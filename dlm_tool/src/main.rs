@@ -6,6 +6,7 @@
 
 mod client;
 mod control;
+mod debugfs;
 mod json;
 mod show;
 mod status;
@@ -38,6 +39,14 @@ enum Op {
     FenceAck(i32),
     /// deadlock_check: one request on the main socket, no reply.
     DeadlockCheck,
+    /// lockdump / lockdebug of a lockspace, from the kernel's debugfs.
+    Debugfs {
+        name: String,
+        dump: bool,
+        mstcpy: bool,
+        opts: debugfs::DebugOpts,
+        root: std::path::PathBuf,
+    },
     /// join / leave / joinleave through the kernel's dlm-control device.
     Join {
         name: String,
@@ -96,19 +105,26 @@ Commands served by this build:
   deadlock_check <name>  asks the daemon for a deadlock check (compiled out of the
                   C daemon 4.x too: it only logs the request)
 
-Not in this build (use the C dlm_tool; they read the kernel's debugfs, not the
-daemon): lockdump, lockdebug
+  lockdump <name> the kernel's locks of a lockspace (debugfs `<name>_locks`;
+                  -M: master copies too)
+  lockdebug <name>  the kernel's resources and locks (debugfs `<name>_all`,
+                  `_toss`, `_waiters`; -v verbose, -w wide, -s summary)
 
 Options:
-  -n              with ls, also every node the lockspace has seen
-  -v              with status, every field
+  -n              with ls, also every node the lockspace has seen; with run, on
+                  this node too
+  -v              with status, every field; with lockdebug, verbose
+  -m <mode>       with join, the device's permission (octal, default 0600)
+  -e 0|1          with join, exclusive (NEWEXCL)
+  -f 0|1          with join, a file system's lockspace (FS)
+  -i <sec>        with run and run_check, check again every second until done
+  -M              with lockdump, master copies too
+  -s, -w          with lockdebug, a summary; wide lines
+  --kernel-root <dir>  join, leave, lockdump, lockdebug: the kernel's files under <dir>
+  --json, --exit-code  see docs/dlm_tool.md
   -h              this text
   -V              version
-  -e, -f, -m, -i  accepted with their argument, used by commands not in this build
-  -M, -s, -w      accepted, used by commands not in this build
 ";
-
-const NOT_YET: &[&str] = &["lockdump", "lockdebug"];
 
 /// getopt("MhVnm:e:f:vwsi:") with GNU permutation, then the first known command word and
 /// the word after it (`decode_arguments`).
@@ -122,6 +138,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
     let mut excl = false;
     let mut fs = false;
     let mut root = std::path::PathBuf::from("/");
+    let (mut mstcpy, mut wide, mut summarize) = (false, false, false);
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -153,7 +170,9 @@ fn parse(args: &[String]) -> Result<Op, String> {
             match c {
                 'n' => all = true,
                 'v' => verbose = true,
-                'M' | 's' | 'w' => {}
+                'M' => mstcpy = true,
+                's' => summarize = true,
+                'w' => wide = true,
                 'h' => return Ok(Op::Help),
                 'V' => return Ok(Op::Version),
                 'm' | 'e' | 'f' | 'i' => {
@@ -198,11 +217,10 @@ fn parse(args: &[String]) -> Result<Op, String> {
         "leave",
         "joinleave",
         "deadlock_check",
+        "lockdump",
+        "lockdebug",
     ];
-    let Some(at) = words
-        .iter()
-        .position(|w| known.contains(&w.as_str()) || NOT_YET.contains(&w.as_str()))
-    else {
+    let Some(at) = words.iter().position(|w| known.contains(&w.as_str())) else {
         return Err("no command".to_owned());
     };
     let name = words.get(at + 1).cloned();
@@ -218,6 +236,19 @@ fn parse(args: &[String]) -> Result<Op, String> {
             .ok_or_else(|| "lockspace name required".to_owned()),
         "status" => Ok(Op::Status { verbose, json }),
         "reload_config" => Ok(Op::ReloadConfig),
+        "lockdump" | "lockdebug" => name
+            .map(|name| Op::Debugfs {
+                name,
+                dump: words[at] == "lockdump",
+                mstcpy,
+                opts: debugfs::DebugOpts {
+                    verbose,
+                    wide,
+                    summarize,
+                },
+                root: root.clone(),
+            })
+            .ok_or_else(|| "lockspace name required".to_owned()),
         "deadlock_check" => name
             .map(|_| Op::DeadlockCheck)
             .ok_or_else(|| "lockspace name required".to_owned()),
@@ -301,9 +332,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
             command: Command::DUMP_RUN,
             json,
         }),
-        other => Err(format!(
-            "{other}: not in this build of dlm_tool yet; use the C dlm_tool"
-        )),
+        other => Err(format!("{other}: unknown command")),
     }
 }
 
@@ -628,6 +657,51 @@ fn main() -> ExitCode {
             all,
             wait_sec,
         } => run(start.as_deref(), check, uuid, cancel, (all, wait_sec)),
+        Op::Debugfs {
+            name,
+            dump,
+            mstcpy,
+            opts,
+            root,
+        } => {
+            let dir = root.join("sys/kernel/debug/dlm");
+            let read = |suffix: &str| std::fs::read_to_string(dir.join(format!("{name}{suffix}")));
+            let (out, err) = if dump {
+                match read("_locks") {
+                    Ok(t) => debugfs::lockdump(&t, mstcpy),
+                    Err(e) => (
+                        String::new(),
+                        format!(
+                            "can't open {}: {e}\n",
+                            dir.join(format!("{name}_locks")).display()
+                        ),
+                    ),
+                }
+            } else {
+                let files = debugfs::DebugFiles {
+                    all: read("_all").ok(),
+                    old: read("").ok(),
+                    toss: read("_toss").ok(),
+                    waiters: read("_waiters").ok(),
+                };
+                if files.all.is_none() && files.old.is_none() {
+                    (
+                        String::new(),
+                        format!("can't open {}: no such file\n", dir.join(&name).display()),
+                    )
+                } else {
+                    debugfs::lockdebug(&files, opts)
+                }
+            };
+            eprint!("{err}");
+            let code = write_out(out.as_bytes());
+            // C exits 0 even when it cannot read the file; a monitor wants to know
+            if err.starts_with("can't open") {
+                ExitCode::FAILURE
+            } else {
+                code
+            }
+        }
         Op::DeadlockCheck => match client::send_main(&Request::DeadlockCheck) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e),
@@ -758,7 +832,26 @@ mod tests {
         assert_eq!(p("fence_ack 3"), Ok(Op::FenceAck(3)));
         assert!(p("fence_ack").is_err());
         assert!(p("fence_ack x").is_err());
-        assert!(p("lockdump foo").is_err_and(|e| e.contains("not in this build")));
+        assert!(matches!(
+            p("-M lockdump foo"),
+            Ok(Op::Debugfs {
+                dump: true,
+                mstcpy: true,
+                ..
+            })
+        ));
+        assert!(matches!(
+            p("-v -w -s lockdebug foo"),
+            Ok(Op::Debugfs {
+                dump: false,
+                opts: debugfs::DebugOpts {
+                    verbose: true,
+                    wide: true,
+                    summarize: true
+                },
+                ..
+            })
+        ));
         assert_eq!(p("deadlock_check foo"), Ok(Op::DeadlockCheck));
         assert!(p("deadlock_check").is_err());
         assert!(matches!(
