@@ -164,10 +164,22 @@ impl Setup {
                 i + 1,
                 control(&k.records())
             );
-            let ls = self.dlm_tool(i + 1, &["ls"]);
+            // the pending change may still wait for the ring id or messages a moment
+            let end = Instant::now() + T;
+            let mut ls = self.dlm_tool(i + 1, &["ls"]);
+            while !ls.contains("\nnew status    wait fencing\n") && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(100));
+                ls = self.dlm_tool(i + 1, &["ls"]);
+            }
             assert!(
                 ls.contains("\nnew status    wait fencing\n"),
                 "node {}: {ls}",
+                i + 1
+            );
+            // and it has not started again
+            assert!(
+                control(&k.records()).ends_with(b"1\x000\x00"),
+                "node {} restarted before fencing",
                 i + 1
             );
         }
