@@ -16,7 +16,9 @@
 //!   left for the next pass — so the decisions, including the single-pass anomaly, are C's.
 //! * a `(nodeid, number)` index so purging a node visits only the resources it used.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 
@@ -178,11 +180,15 @@ pub struct Lockspace {
     pub(crate) waiters: Arena<Waiter>,
     resources: Vec<Option<Resource>>,
     free_resources: Vec<u32>,
-    by_number: BTreeMap<u64, u32>,
+    /// Resource slot by inode number. Only looked up, never iterated in order (creation
+    /// order is the linked list), so a hash map with a fixed-key SipHash: one probe instead
+    /// of a B-tree descent at 10⁶ resources, and deterministic (no random seed).
+    by_number: HashMap<u64, u32, BuildHasherDefault<DefaultHasher>>,
     head: u32,
     tail: u32,
-    /// (nodeid, number) for every resource where the node has a lock or a waiter.
-    by_node: BTreeSet<(i32, u64)>,
+    /// (nodeid, creation position, slot) for every resource where the node has a lock or a
+    /// waiter: a purge walks its node's resources in creation order (C's) without lookups.
+    by_node: BTreeSet<(i32, u64, u32)>,
     dirty: BTreeSet<u64>,
     next_created: u64,
     scratch: Vec<Slot>,
@@ -198,7 +204,7 @@ impl Lockspace {
             waiters: Arena::default(),
             resources: Vec::new(),
             free_resources: Vec::new(),
-            by_number: BTreeMap::new(),
+            by_number: HashMap::default(),
             head: NIL,
             tail: NIL,
             by_node: BTreeSet::new(),
@@ -246,8 +252,9 @@ impl Lockspace {
         self.locks.heap_bytes()
             + self.waiters.heap_bytes()
             + self.resources.capacity() * size_of::<Option<Resource>>()
-            + map(size_of::<(u64, u32)>(), self.by_number.len())
-            + map(size_of::<(i32, u64)>(), self.by_node.len())
+            // hash table: (key, value) slots plus a control byte each, at least 1/8 empty
+            + self.by_number.capacity() * (size_of::<(u64, u32)>() + 1)
+            + map(size_of::<(i32, u64, u32)>(), self.by_node.len())
     }
 
     pub(crate) fn res(&self, r: u32) -> &Resource {
@@ -343,13 +350,13 @@ impl Lockspace {
 
     fn count_entry(&mut self, r: u32, nodeid: i32, add: bool) {
         let res = self.res_mut(r);
-        let number = res.number;
+        let created = res.created;
         if add {
             if res.nodes.inc(nodeid) {
-                self.by_node.insert((nodeid, number));
+                self.by_node.insert((nodeid, created, r));
             }
         } else if res.nodes.dec(nodeid) {
-            self.by_node.remove(&(nodeid, number));
+            self.by_node.remove(&(nodeid, created, r));
         }
     }
 
@@ -794,19 +801,18 @@ impl Lockspace {
     /// this node's granted waiters are pushed onto `out`.
     pub fn purge_node(&mut self, now: u64, nodeid: u32, out: &mut Vec<Reply>) -> usize {
         let nodeid = i32::try_from(nodeid).unwrap_or(i32::MAX);
-        let numbers: BTreeSet<u64> = self
+        // C visits its resource list in creation order; grants (replies) follow that order.
+        // The per-node index is kept in creation order with the slots, so no lookups.
+        let mut slots: BTreeSet<(u64, u32)> = self
             .by_node
-            .range((nodeid, 0)..=(nodeid, u64::MAX))
-            .map(|&(_, n)| n)
-            .chain(self.dirty.iter().copied())
+            .range((nodeid, 0, 0)..=(nodeid, u64::MAX, u32::MAX))
+            .map(|&(_, created, r)| (created, r))
             .collect();
-        // C visits its resource list in creation order; grants (replies) follow that order
-        let mut slots: Vec<(u64, u32)> = numbers
-            .into_iter()
-            .filter_map(|n| self.find(n))
-            .map(|r| (self.res(r).created, r))
-            .collect();
-        slots.sort_unstable();
+        for n in &self.dirty {
+            if let Some(r) = self.find(*n) {
+                slots.insert((self.res(r).created, r));
+            }
+        }
         let mut purged = 0;
         for (_, r) in slots {
             let locks: Vec<Slot> = self
