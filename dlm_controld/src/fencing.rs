@@ -412,6 +412,12 @@ impl Fencing {
         self.allowed = true;
     }
 
+    /// [`Self::allow`] was called: until then the daemon group's messages other than
+    /// PROTOCOL are ignored (`deliver_cb_daemon`).
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
     /// The quorum service reported new cluster nodes (`quorum_callback`): fencing waits
     /// `post_join_delay` from now, so a node that just joined corosync may join us first.
     pub fn cluster_nodes_added(&mut self, now: u64) {
@@ -490,43 +496,25 @@ impl Fencing {
         self.work(env, proto)
     }
 
-    /// The agent for `nodeid` started as `pid`, or could not (`Err(-errno)`).
-    pub fn agent_started(&mut self, env: FenceEnv, nodeid: u32, r: Result<u32, i32>) -> Vec<Out> {
+    /// The agent for `nodeid` started as `pid` (one that cannot be executed ends at once with
+    /// status 1, as C's child after a failed `execlp`).
+    pub fn agent_started(&mut self, nodeid: u32, pid: u32) -> Vec<Out> {
         let Some(n) = self.nodes.get_mut(&nodeid) else {
             return Vec::new();
         };
-        match r {
-            Ok(pid) => {
-                n.fence_pid = pid;
-                let (device, agent) = n
-                    .methods
-                    .get(n.pos)
-                    .map_or(("", ""), |m| (m.device.as_str(), m.agent.as_str()));
-                vec![Out::Log(
-                    true,
-                    format!(
-                        "fence request {nodeid} pid {pid} {} time {} {device} {agent}",
-                        reason_str(n.left_reason),
-                        n.fail_walltime
-                    ),
-                )]
-            }
-            Err(e) => {
-                // fence_request failed: the result goes out at once
-                n.pid_wait = false;
-                n.fence_pid = 0;
-                n.result_wait = true;
-                self.running = None;
-                vec![
-                    Out::Log(true, format!("fence request {nodeid} run error {e}")),
-                    Out::SendResult {
-                        nodeid,
-                        result: e,
-                        walltime: env.wall,
-                    },
-                ]
-            }
-        }
+        n.fence_pid = pid;
+        let (device, agent) = n
+            .methods
+            .get(n.pos)
+            .map_or(("", ""), |m| (m.device.as_str(), m.agent.as_str()));
+        vec![Out::Log(
+            true,
+            format!(
+                "fence request {nodeid} pid {pid} {} time {} {device} {agent}",
+                reason_str(n.left_reason),
+                n.fail_walltime
+            ),
+        )]
     }
 
     /// The agent for `nodeid` ended: exit status, or -1 when killed by a signal
@@ -601,13 +589,6 @@ impl Fencing {
         walltime: u64,
     ) -> Vec<Out> {
         let mut out = Vec::new();
-        if !self.allowed {
-            out.push(Out::Log(
-                false,
-                "deliver_cb_daemon ignore non proto msg 14".into(),
-            ));
-            return out;
-        }
         if let Some(i) = self.startup.iter().position(|&s| s == nodeid) {
             self.startup.remove(i);
             out.push(Out::Log(
@@ -693,13 +674,6 @@ impl Fencing {
         flags: u32,
     ) -> Vec<Out> {
         let mut out = Vec::new();
-        if !self.allowed {
-            out.push(Out::Log(
-                false,
-                "deliver_cb_daemon ignore non proto msg 15".into(),
-            ));
-            return out;
-        }
         let fipu = self.fipu;
         let Some(n) = self.nodes.get_mut(&nodeid) else {
             out.push(Out::Log(
@@ -956,31 +930,25 @@ impl Fencing {
                 continue;
             }
             let extra = format!("fail_time={}\n", n.fail_walltime);
-            let Some(m) = n.methods.get(n.pos) else {
-                out.push(Out::Log(
-                    true,
-                    format!("fence request {nodeid} no config pos {}", n.pos),
-                ));
-                n.result_wait = true;
-                out.push(Out::SendResult {
-                    nodeid,
-                    result: -1,
-                    walltime: env.wall,
-                });
-                continue;
+            let request = match n.methods.get(n.pos) {
+                None => Err(format!("fence request {nodeid} no config pos {}", n.pos)),
+                Some(m) => agent_args(m, nodeid, &extra)
+                    .map(|stdin| (m, stdin))
+                    .ok_or_else(|| format!("fence request {nodeid} config args error -1")),
             };
-            let Some(stdin) = agent_args(m, nodeid, &extra) else {
-                out.push(Out::Log(
-                    true,
-                    format!("fence request {nodeid} config args error -1"),
-                ));
-                n.result_wait = true;
-                out.push(Out::SendResult {
-                    nodeid,
-                    result: -1,
-                    walltime: env.wall,
-                });
-                continue;
+            let (m, stdin) = match request {
+                Ok(r) => r,
+                Err(why) => {
+                    // the agent cannot even start: its failure goes out at once
+                    out.push(Out::Log(true, why));
+                    n.result_wait = true;
+                    out.push(Out::SendResult {
+                        nodeid,
+                        result: -1,
+                        walltime: env.wall,
+                    });
+                    continue;
+                }
             };
             out.push(Out::Log(
                 false,

@@ -13,6 +13,16 @@ use dlm_proto::wire::{Body, DAEMON_GROUP_NAME, FenceFlags, FenceResult, Message,
 
 const WALL: u64 = 1_795_993_000;
 
+/// The world at tick `now` (wall clock `WALL + now`).
+fn fence_env(now: u64, quorate: bool, ring: u64) -> FenceEnv {
+    FenceEnv {
+        now,
+        wall: WALL + now,
+        quorate,
+        cluster_ring_seq: ring,
+    }
+}
+
 struct Node {
     group: SimGroup,
     proto: DaemonProtocol,
@@ -50,12 +60,7 @@ impl Cluster {
     }
 
     fn env(&self, n: &Node) -> FenceEnv {
-        FenceEnv {
-            now: self.now,
-            wall: WALL + self.now,
-            quorate: self.quorate,
-            cluster_ring_seq: n.ring,
-        }
+        fence_env(self.now, self.quorate, n.ring)
     }
 
     /// Node `id` starts: a daemon with the configured nodelist 1..=3 joins the group.
@@ -146,13 +151,7 @@ impl Cluster {
         }
         for (nodeid, pid) in follow {
             let n = self.nodes.get_mut(&id).expect("node");
-            let env = FenceEnv {
-                now: self.now,
-                wall: WALL + self.now,
-                quorate: self.quorate,
-                cluster_ring_seq: n.ring,
-            };
-            let more = n.fence.agent_started(env, nodeid, Ok(pid));
+            let more = n.fence.agent_started(nodeid, pid);
             self.perform(id, more);
         }
     }
@@ -164,12 +163,7 @@ impl Cluster {
             two_node: false,
         };
         let n = self.nodes.get_mut(&id).expect("node");
-        let mut env = FenceEnv {
-            now: self.now,
-            wall: WALL + self.now,
-            quorate: self.quorate,
-            cluster_ring_seq: n.ring,
-        };
+        let mut env = fence_env(self.now, self.quorate, n.ring);
         let out;
         match e {
             Event::ConfChg {
@@ -287,12 +281,7 @@ impl Cluster {
     fn agent_exits(&mut self, node: u32, subject: u32, status: i32) {
         let n = self.nodes.get_mut(&node).expect("node");
         let pid = n.running.remove(&subject).expect("an agent runs");
-        let env = FenceEnv {
-            now: self.now,
-            wall: WALL + self.now,
-            quorate: self.quorate,
-            cluster_ring_seq: n.ring,
-        };
+        let env = fence_env(self.now, self.quorate, n.ring);
         let out = n.fence.agent_exited(env, &n.proto, subject, pid, status);
         self.perform(node, out);
         self.settle();

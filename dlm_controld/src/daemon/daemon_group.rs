@@ -187,6 +187,13 @@ impl DaemonGroup {
             );
             return Vec::new();
         }
+        if !matches!(msg.body, Body::Protocol(_)) && !self.fencing.allowed() {
+            crate::log_debug!(
+                "deliver_cb_daemon ignore non proto msg {}",
+                msg.header.msg_type.0
+            );
+            return Vec::new();
+        }
         match msg.body {
             Body::Protocol(p) => {
                 let needs = self.fencing.needs_fencing(from);
@@ -296,7 +303,7 @@ impl DaemonGroup {
                         .fence_attempts
                         .with_label_values(&[&device])
                         .inc();
-                    let more = self.fencing.agent_started(self.env(), nodeid, Ok(pid));
+                    let more = self.fencing.agent_started(nodeid, pid);
                     queue.extend(more);
                 }
                 Out::CancelAgent { nodeid, pid } => agent::cancel(nodeid, pid),
