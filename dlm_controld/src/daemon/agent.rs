@@ -21,12 +21,34 @@ pub(crate) struct AgentExit {
     pub(crate) result: i32,
 }
 
-fn command(agent: &str) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(agent);
+fn program(name: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(name);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     cmd
+}
+
+/// Starts `cmd` (stdin piped, stdout and stderr to /dev/null), hands it `stdin`, and calls
+/// `ended(pid, status)` from a task when it has exited and been reaped (`None`: it could
+/// not be waited for). Returns its pid; nothing here waits.
+fn start(
+    mut cmd: tokio::process::Command,
+    stdin: String,
+    ended: impl FnOnce(u32, Option<std::process::ExitStatus>) + Send + 'static,
+) -> std::io::Result<u32> {
+    let mut child = cmd.spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let input = child.stdin.take();
+    tokio::spawn(async move {
+        if let Some(mut i) = input {
+            // a program that exits without reading its stdin is not an error here
+            let _ = i.write_all(stdin.as_bytes()).await;
+        }
+        let status = child.wait().await.ok();
+        ended(pid, status);
+    });
+    Ok(pid)
 }
 
 /// Starts `agent` for `nodeid` with `stdin`; its exit is sent on `exits`. An agent that
@@ -37,8 +59,20 @@ pub(crate) fn spawn(
     nodeid: u32,
     exits: mpsc::UnboundedSender<AgentExit>,
 ) -> u32 {
-    let mut child = match command(agent).spawn() {
-        Ok(c) => c,
+    let tx = exits.clone();
+    let ended = move |pid, status: Option<std::process::ExitStatus>| {
+        let result = status.and_then(|s| s.code()).unwrap_or(-1);
+        if result == -1 {
+            crate::log_error!("fence result {nodeid} pid {pid} result -1 term signal");
+        }
+        let _ = tx.send(AgentExit {
+            nodeid,
+            pid,
+            result,
+        });
+    };
+    match start(program(agent), stdin, ended) {
+        Ok(pid) => pid,
         Err(e) => {
             crate::log_error!("fence request {nodeid} agent {agent}: {e}");
             let _ = exits.send(AgentExit {
@@ -46,30 +80,9 @@ pub(crate) fn spawn(
                 pid: 0,
                 result: 1,
             });
-            return 0;
+            0
         }
-    };
-    let pid = child.id().unwrap_or(0);
-    let input = child.stdin.take();
-    tokio::spawn(async move {
-        if let Some(mut i) = input {
-            // an agent that exits without reading its stdin is not an error here
-            let _ = i.write_all(stdin.as_bytes()).await;
-        }
-        let result = match child.wait().await {
-            Ok(s) => s.code().unwrap_or(-1),
-            Err(_) => -1,
-        };
-        if result == -1 {
-            crate::log_error!("fence result {nodeid} pid {pid} result -1 term signal");
-        }
-        let _ = exits.send(AgentExit {
-            nodeid,
-            pid,
-            result,
-        });
-    });
-    pid
+    }
 }
 
 /// A `dlm_tool run` command ended here.
@@ -100,31 +113,32 @@ pub(crate) fn run_command(uuid: String, command: &str, exits: mpsc::UnboundedSen
         let _ = exits.send(refused);
         return;
     }
-    let mut cmd = tokio::process::Command::new(&av[0]);
-    cmd.args(&av[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let mut cmd = program(&av[0]);
+    cmd.args(&av[1..]);
+    let tx = exits.clone();
+    let u = uuid.clone();
+    let ended = move |pid: u32, status: Option<std::process::ExitStatus>| {
+        let pid = i32::try_from(pid).unwrap_or(0);
+        // waitid's si_status: the exit status, or the signal that ended it
+        let result = status
+            .and_then(|s| s.code().or_else(|| s.signal()))
+            .unwrap_or(1);
+        if result != 0 {
+            crate::log_error!("run error {u} id {id} pid {pid} status {result}");
+        }
+        let _ = tx.send(RunExit {
+            uuid: u,
+            pid,
+            result,
+        });
+    };
+    match start(cmd, String::new(), ended) {
+        Ok(pid) => crate::log_debug!("helper run {uuid} pid {pid} cmd_id {id} {command}"),
         Err(e) => {
             crate::log_error!("run {uuid}: {}: {e}", av[0]);
             let _ = exits.send(refused);
-            return;
         }
-    };
-    let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-    crate::log_debug!("helper run {uuid} pid {pid} cmd_id {id} {command}");
-    tokio::spawn(async move {
-        let result = match child.wait().await {
-            Ok(s) => s.code().or_else(|| s.signal()).unwrap_or(1),
-            Err(_) => 1,
-        };
-        if result != 0 {
-            crate::log_error!("run error {uuid} id {id} pid {pid} status {result}");
-        }
-        let _ = exits.send(RunExit { uuid, pid, result });
-    });
+    }
 }
 
 /// A random lowercase version-4 uuid (`uuid_generate` + `uuid_unparse_lower`).
@@ -171,7 +185,7 @@ pub(crate) async fn unfence(conf: &ConfFile, our: u32) -> Result<(), String> {
     for m in conf.fence_methods(our).iter().filter(|m| m.unfence) {
         let stdin = agent_args(m, our, "action=on\n")
             .ok_or_else(|| format!("unfence {our} config args error -1"))?;
-        let mut child = command(&m.agent)
+        let mut child = program(&m.agent)
             .spawn()
             .map_err(|e| format!("unfence {our} {} {} run error {e}", m.device, m.agent))?;
         let pid = child.id().unwrap_or(0);
