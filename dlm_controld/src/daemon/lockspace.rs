@@ -121,9 +121,8 @@ impl LsMetrics {
 struct Shell {
     metrics: LsMetrics,
     core: LsCore,
-    text: String,
-    /// The name shared with the plock log's records.
-    name_arc: std::sync::Arc<str>,
+    /// The name as text (log lines, the plock log's records share it).
+    text: std::sync::Arc<str>,
     /// Local requests not yet answered, with the time each was read (for the latency
     /// histogram); identical outstanding requests queue in order.
     pending: std::collections::HashMap<PendingKey, std::collections::VecDeque<std::time::Instant>>,
@@ -304,7 +303,7 @@ impl Shell {
                 ..
             }) = dlm_proto::wire::Message::decode(payload)
             {
-                crate::log::plock_op(&self.name_arc, crate::log::PlockLine::Receive, &info);
+                crate::log::plock_op(&self.text, crate::log::PlockLine::Receive, &info);
             }
         }
         let actions = self.with_env(|core, env| core.event(env, ev));
@@ -356,8 +355,7 @@ pub(crate) async fn run(
     let mut ls = Shell {
         metrics: LsMetrics::new(&text),
         core: LsCore::new(name, ctx.our, ctx.embedded),
-        text: text.clone(),
-        name_arc: std::sync::Arc::from(text.as_str()),
+        text: std::sync::Arc::from(text.as_str()),
         pending: std::collections::HashMap::new(),
         conf,
         group,
