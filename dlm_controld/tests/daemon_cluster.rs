@@ -13,22 +13,12 @@ use std::time::Duration;
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_tests::{
-    Daemon, FakeKernel, Record, configfs_members, metric_in_ns, start_daemon_on_corosync,
+    Daemon, FakeKernel, Record, configfs_members, metric_in_ns, start_daemon_on_corosync, writes,
 };
 use support::Cluster;
 
 const T: Duration = Duration::from_secs(30);
 const C: &str = "sys/kernel/config/dlm/cluster";
-
-fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
-    records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Write(p, b) if p == path => Some(b.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 fn members(records: &[Record]) -> Vec<u32> {
     configfs_members(records, "foo")

@@ -8,21 +8,11 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use dlm_tests::{Daemon, FakeKernel, Record};
+use dlm_tests::{Daemon, FakeKernel, Record, writes};
 use support::Corosync;
 
 const T: Duration = Duration::from_secs(30);
 const C: &str = "sys/kernel/config/dlm/cluster";
-
-fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
-    records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Write(p, b) if p == path => Some(b.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 #[test]
 fn lockspace_on_real_corosync() {

@@ -6,21 +6,27 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use dlm_tests::{Daemon, FakeKernel, Netns, Record};
+use dlm_tests::{Daemon, FakeKernel, Netns, Record, writes};
 
 const T: Duration = Duration::from_secs(20);
 const C: &str = "sys/kernel/config/dlm/cluster";
 
+/// `dlm_controld --kernel-root <root> --cluster embedded --foreground` in `ns`.
+fn daemon_cmd(ns: &Netns, root: &Path) -> std::process::Command {
+    let mut c = ns.command(env!("CARGO_BIN_EXE_dlm_controld"));
+    c.args([
+        "--kernel-root",
+        &root.display().to_string(),
+        "--cluster",
+        "embedded",
+        "--foreground",
+    ]);
+    c
+}
+
 fn start(ns: &Netns, root: &Path) -> Daemon {
     Daemon(
-        ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
-            .args([
-                "--kernel-root",
-                &root.display().to_string(),
-                "--cluster",
-                "embedded",
-                "--foreground",
-            ])
+        daemon_cmd(ns, root)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -32,16 +38,6 @@ fn root(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dlm-daemon-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
-    records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Write(p, b) if p == path => Some(b.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The sysfs writes of one lockspace as one byte string (values end with NUL).
@@ -128,15 +124,7 @@ fn join_and_leave_a_lockspace_with_cs_bytes() {
     );
 
     // a second daemon is refused while this one runs
-    let second = ns
-        .command(env!("CARGO_BIN_EXE_dlm_controld"))
-        .args([
-            "--kernel-root",
-            &dir.display().to_string(),
-            "--cluster",
-            "embedded",
-            "--foreground",
-        ])
+    let second = daemon_cmd(&ns, &dir)
         .stderr(Stdio::piped())
         .output()
         .expect("run second");
@@ -372,17 +360,7 @@ fn refuses_to_start_beside_uncontrolled_lockspaces() {
     let k = FakeKernel::start(&dir).expect("fake kernel");
     std::fs::create_dir_all(dir.join("sys/kernel/dlm/stale")).expect("stale lockspace");
     let ns = Netns::new("unctl").expect("netns");
-    let out = ns
-        .command(env!("CARGO_BIN_EXE_dlm_controld"))
-        .args([
-            "--kernel-root",
-            &dir.display().to_string(),
-            "--cluster",
-            "embedded",
-            "--foreground",
-        ])
-        .output()
-        .expect("run");
+    let out = daemon_cmd(&ns, &dir).output().expect("run");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -10,11 +10,11 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dlm_tests::{
-    Daemon, FakeKernel, Record, configfs_members, metric_in_ns, start_daemon_on_corosync,
+    Daemon, FakeKernel, Record, configfs_members, control_writes, metric_in_ns,
+    start_daemon_on_corosync, stdout_in_ns,
 };
 use support::Cluster;
 
@@ -26,17 +26,6 @@ log=$(printf '%s\\n' \"$input\" | sed -n 's/^log=//p')
 printf 'run\\n%s' \"$input\" >> \"$log\"
 exit $(cat \"$log.status\" 2>/dev/null || echo 0)
 ";
-
-fn control(records: &[Record]) -> Vec<u8> {
-    records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Write(p, b) if p == "sys/kernel/dlm/foo/control" => Some(b.clone()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .concat()
-}
 
 /// From `dlm_tool status`'s `node 3 X add .. rem .. fail .. fence <t> at <actor> <wall>`
 /// line: who fenced node 3 (the fence time must be set).
@@ -141,13 +130,9 @@ impl Setup {
         false
     }
 
+    /// The real dlm_tool on node `node`.
     fn dlm_tool(&self, node: usize, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.c.node_ns(node), "dlm_tool"])
-            .args(args)
-            .output()
-            .expect("dlm_tool");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_in_ns(&self.c.node_ns(node), "dlm_tool", args)
     }
 
     /// One series of node `node`'s metrics endpoint (0 when absent).
@@ -159,10 +144,10 @@ impl Setup {
     fn assert_stopped(&self) {
         for (i, k) in self.kernels[..2].iter().enumerate() {
             assert!(
-                k.wait_records(T, |r| control(r).ends_with(b"1\x000\x00")),
+                k.wait_records(T, |r| control_writes(r, "foo").ends_with(b"1\x000\x00")),
                 "node {} did not stop: {:?}",
                 i + 1,
-                control(&k.records())
+                control_writes(&k.records(), "foo")
             );
             // the pending change may still wait for the ring id or messages a moment
             let end = Instant::now() + T;
@@ -178,7 +163,7 @@ impl Setup {
             );
             // and it has not started again
             assert!(
-                control(&k.records()).ends_with(b"1\x000\x00"),
+                control_writes(&k.records(), "foo").ends_with(b"1\x000\x00"),
                 "node {} restarted before fencing",
                 i + 1
             );
@@ -189,14 +174,15 @@ impl Setup {
     fn assert_restarted(&self) {
         for (i, k) in self.kernels[..2].iter().enumerate() {
             let restarted = |r: &[Record]| {
-                configfs_members(r, "foo") == vec![1, 2] && control(r).ends_with(b"1\x000\x001\x00")
+                configfs_members(r, "foo") == vec![1, 2]
+                    && control_writes(r, "foo").ends_with(b"1\x000\x001\x00")
             };
             assert!(
                 k.wait_records(T, restarted),
                 "node {}: members {:?}, control {:?}",
                 i + 1,
                 configfs_members(&k.records(), "foo"),
-                control(&k.records())
+                control_writes(&k.records(), "foo")
             );
         }
     }

@@ -11,13 +11,12 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_tests::{
-    Daemon, FakeKernel, Record, build_shim, configfs_members, start_c_daemon,
-    start_daemon_on_corosync,
+    Daemon, FakeKernel, Record, build_shim, configfs_members, control_writes, start_c_daemon,
+    start_daemon_on_corosync, stdout_in_ns,
 };
 use support::Cluster;
 
@@ -54,17 +53,6 @@ fn req(op: PlockOp, owner: u64, number: u64, wait: bool, start: u64, end: u64) -
 fn reply(k: &FakeKernel) -> PlockInfo {
     let raw = k.recv_plock_raw(T).expect("a reply");
     PlockInfo::decode(&raw).expect("reply decodes")
-}
-
-fn control(records: &[Record]) -> Vec<u8> {
-    records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Write(p, b) if p == "sys/kernel/dlm/foo/control" => Some(b.clone()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .concat()
 }
 
 /// A fake kernel under `root` whose dlm.conf fences every node with the test agent.
@@ -171,13 +159,14 @@ impl Mixed {
         for &k in nodes {
             let fk = &self.kernels[k - 1];
             let done = |r: &[Record]| {
-                configfs_members(r, "foo") == members && control(r).ends_with(b"1\x000\x001\x00")
+                configfs_members(r, "foo") == members
+                    && control_writes(r, "foo").ends_with(b"1\x000\x001\x00")
             };
             assert!(
                 fk.wait_records(T, done),
                 "node {k}: members {:?} control {:?}",
                 configfs_members(&fk.records(), "foo"),
-                control(&fk.records()),
+                control_writes(&fk.records(), "foo"),
             );
         }
     }
@@ -213,12 +202,7 @@ impl Mixed {
 
     /// The real dlm_tool on node `k`.
     fn dlm_tool(&self, k: usize, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.c.node_ns(k), "dlm_tool"])
-            .args(args)
-            .output()
-            .expect("dlm_tool");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_in_ns(&self.c.node_ns(k), "dlm_tool", args)
     }
 
     /// `dlm_tool plocks foo` on every node in `nodes` prints the same non-empty table;

@@ -13,13 +13,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-use dlm_tests::{Daemon, FakeKernel, configfs_members, start_daemon_on_corosync};
+use dlm_tests::{
+    Daemon, FakeKernel, configfs_members, start_daemon_on_corosync, stdout_in_ns, writes,
+};
 use support::Cluster;
 
 const T: Duration = Duration::from_secs(30);
@@ -156,51 +157,39 @@ impl Storm {
         self.daemons[k - 1] = Some(d);
     }
 
-    fn join(&self, k: usize) {
+    /// `act` on node `k`'s kernel, then wait for the daemon's next `event_done` (a join or
+    /// a leave completed).
+    fn event_done_after(&self, k: usize, what: &str, act: impl FnOnce(&FakeKernel)) {
         let fk = &self.kernels[k - 1];
-        let before = fk
-            .records()
-            .iter()
-            .filter(|r| matches!(r, dlm_tests::Record::Write(p, _) if p == "sys/kernel/dlm/foo/event_done"))
-            .count();
-        assert!(fk.announce("foo").expect("announce"));
+        let count = |r: &[dlm_tests::Record]| writes(r, "sys/kernel/dlm/foo/event_done").len();
+        let before = count(&fk.records());
+        act(fk);
         assert!(
-            fk.wait_records(T, |r| r
-                .iter()
-                .filter(|x| matches!(x, dlm_tests::Record::Write(p, _) if p == "sys/kernel/dlm/foo/event_done"))
-                .count()
-                > before),
-            "node {k} did not join"
+            fk.wait_records(T, |r| count(r) > before),
+            "node {k} did not {what}"
         );
     }
 
+    fn join(&self, k: usize) {
+        self.event_done_after(k, "join", |fk| {
+            assert!(fk.announce("foo").expect("announce"));
+        });
+    }
+
     fn leave(&self, k: usize) {
-        let fk = &self.kernels[k - 1];
-        let count = |r: &[dlm_tests::Record]| {
-            r.iter()
-                .filter(|x| matches!(x, dlm_tests::Record::Write(p, _) if p == "sys/kernel/dlm/foo/event_done"))
-                .count()
-        };
-        let before = count(&fk.records());
-        fk.release("foo").expect("release");
-        assert!(
-            fk.wait_records(T, |r| count(r) > before),
-            "node {k} did not leave"
-        );
+        self.event_done_after(k, "leave", |fk| fk.release("foo").expect("release"));
         // the kernel removes the lockspace's sysfs directory once released
-        let _ = std::fs::remove_dir_all(fk.root().join("sys/kernel/dlm/foo"));
+        let _ = std::fs::remove_dir_all(self.kernels[k - 1].root().join("sys/kernel/dlm/foo"));
     }
 
     /// This project's `dlm_tool plocks foo` on node `k` (the real one stops at 1 MiB).
     fn table(&self, k: usize) -> String {
         let ours = Path::new(env!("CARGO_BIN_EXE_dlm_controld")).with_file_name("dlm_tool");
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.c.node_ns(k)])
-            .arg(ours)
-            .args(["plocks", "foo"])
-            .output()
-            .expect("dlm_tool");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        stdout_in_ns(
+            &self.c.node_ns(k),
+            &ours.display().to_string(),
+            &["plocks", "foo"],
+        )
     }
 
     /// The same table on every node of `nodes` (once quiet); returns it.

@@ -50,6 +50,23 @@ pub enum Record {
     Write(String, Vec<u8>),
 }
 
+/// The bytes of every write to `path` (relative to the root), in order.
+pub fn writes(records: &[Record], path: &str) -> Vec<Vec<u8>> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Write(p, b) if p == path => Some(b.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every value written to lockspace `ls`'s sysfs `control`, run together (`"1\0"` a
+/// start, `"0\0"` a stop).
+pub fn control_writes(records: &[Record], ls: &str) -> Vec<u8> {
+    writes(records, &format!("sys/kernel/dlm/{ls}/control")).concat()
+}
+
 /// The configfs members of lockspace `ls` after these records (mkdirs less rmdirs of
 /// `.../spaces/<ls>/nodes/<id>`), sorted.
 pub fn configfs_members(records: &[Record], ls: &str) -> Vec<u32> {

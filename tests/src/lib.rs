@@ -3,7 +3,7 @@
 
 pub mod fake_kernel;
 
-pub use fake_kernel::{FakeKernel, Record, configfs_members};
+pub use fake_kernel::{FakeKernel, Record, configfs_members, control_writes, writes};
 
 /// A process this test started, killed and reaped when dropped.
 #[derive(Debug)]
@@ -49,6 +49,16 @@ pub fn start_daemon_on_corosync(
         }
     }
     None
+}
+
+/// The stdout of `program args` run in network namespace `ns` (empty if it cannot run).
+pub fn stdout_in_ns(ns: &str, program: &str, args: &[&str]) -> String {
+    std::process::Command::new("ip")
+        .args(["netns", "exec", ns, program])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// One series of the metrics endpoint (127.0.0.1:9465) of the daemon in network namespace

@@ -20,11 +20,11 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-use dlm_tests::{FakeKernel, Record, configfs_members, start_daemon_on_corosync};
+use dlm_tests::{FakeKernel, Record, configfs_members, start_daemon_on_corosync, stdout_in_ns};
 
 const T: Duration = Duration::from_secs(30);
 const LS: &str = "demo";
@@ -57,13 +57,7 @@ fn bin_dir() -> PathBuf {
 }
 
 fn tool(ns: &str, args: &[&str]) -> String {
-    Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(bin_dir().join("dlm_tool"))
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+    stdout_in_ns(ns, &bin_dir().join("dlm_tool").display().to_string(), args)
 }
 
 fn show(title: &str, text: &str) {
