@@ -1,7 +1,8 @@
-//! dlm_controld: the command line and configuration exactly as the C daemon's, plus three
+//! dlm_controld: the command line and configuration exactly as the C daemon's, plus four
 //! options of this implementation: `--kernel-root DIR` (the kernel seam; default `/`),
-//! `--cluster corosync|embedded` (default corosync) and `--metrics ADDR:PORT|off` (the
-//! Prometheus endpoint; default 127.0.0.1:9465).
+//! `--cluster corosync|embedded` (default corosync), `--metrics ADDR:PORT|off` (the
+//! Prometheus endpoint; default 127.0.0.1:9465; dlm.conf `metrics=`) and
+//! `--log-format c|json` (the log file and stderr; default c; dlm.conf `log_format=`).
 
 use std::process::ExitCode;
 
@@ -9,16 +10,25 @@ use dlm_controld::config::{CliAction, Config, DEFAULT_CONF, Options, parse_args}
 use dlm_controld::daemon::{ClusterKind, DaemonArgs, run};
 use dlm_controld::kernel::KernelRoot;
 
+/// This implementation's own options.
+#[derive(Debug)]
+struct Own {
+    root: KernelRoot,
+    cluster: ClusterKind,
+    /// `--metrics`, unparsed (dlm.conf's `metrics=` when absent).
+    metrics: Option<String>,
+    /// `--log-format` (dlm.conf's `log_format=` when absent).
+    log_format: Option<String>,
+}
+
 /// Removes this implementation's own options from the argument list.
-fn own_options(
-    args: &mut Vec<String>,
-) -> Result<(KernelRoot, ClusterKind, Option<std::net::SocketAddr>), String> {
-    let mut root = KernelRoot::new("/");
-    let mut cluster = ClusterKind::Corosync;
-    let mut metrics = Some(std::net::SocketAddr::from((
-        [127, 0, 0, 1],
-        DEFAULT_METRICS_PORT,
-    )));
+fn own_options(args: &mut Vec<String>) -> Result<Own, String> {
+    let mut own = Own {
+        root: KernelRoot::new("/"),
+        cluster: ClusterKind::Corosync,
+        metrics: None,
+        log_format: None,
+    };
     let mut rest = Vec::new();
     let mut it = std::mem::take(args).into_iter();
     while let Some(a) = it.next() {
@@ -27,36 +37,56 @@ fn own_options(
             _ => (a.clone(), None),
         };
         match key.as_str() {
-            "--kernel-root" | "--cluster" | "--metrics" => {
+            "--kernel-root" | "--cluster" | "--metrics" | "--log-format" => {
                 let v = inline
                     .or_else(|| it.next())
                     .ok_or(format!("option {key} requires arg"))?;
-                if key == "--metrics" {
-                    metrics =
-                        if v == "off" {
-                            None
-                        } else {
-                            Some(v.parse().map_err(|_| {
-                                format!("--metrics takes ADDRESS:PORT or off, not {v}")
-                            })?)
+                match key.as_str() {
+                    "--metrics" => own.metrics = Some(v),
+                    "--log-format" => own.log_format = Some(v),
+                    "--kernel-root" => own.root = KernelRoot::new(v),
+                    _ => {
+                        own.cluster = match v.as_str() {
+                            "corosync" => ClusterKind::Corosync,
+                            "embedded" => ClusterKind::Embedded,
+                            _ => {
+                                return Err(format!(
+                                    "--cluster must be corosync or embedded, not {v}"
+                                ));
+                            }
                         };
-                } else if key == "--kernel-root" {
-                    root = KernelRoot::new(v);
-                } else {
-                    cluster = match v.as_str() {
-                        "corosync" => ClusterKind::Corosync,
-                        "embedded" => ClusterKind::Embedded,
-                        _ => {
-                            return Err(format!("--cluster must be corosync or embedded, not {v}"));
-                        }
-                    };
+                    }
                 }
             }
             _ => rest.push(a),
         }
     }
     *args = rest;
-    Ok((root, cluster, metrics))
+    Ok(own)
+}
+
+/// `ADDRESS:PORT` or `off`.
+fn parse_metrics(v: Option<&str>) -> Result<Option<std::net::SocketAddr>, String> {
+    match v {
+        None => Ok(Some(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            DEFAULT_METRICS_PORT,
+        )))),
+        Some("off") => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("metrics takes ADDRESS:PORT or off, not {v}")),
+    }
+}
+
+/// `c` or `json`: whether the log file and stderr get JSON lines.
+fn parse_log_format(v: Option<&str>) -> Result<bool, String> {
+    match v {
+        None | Some("c") => Ok(false),
+        Some("json") => Ok(true),
+        Some(v) => Err(format!("log format must be c or json, not {v}")),
+    }
 }
 
 /// Port of the Prometheus endpoint unless `--metrics` says otherwise.
@@ -64,7 +94,7 @@ const DEFAULT_METRICS_PORT: u16 = 9465;
 
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let (kernel_root, cluster, metrics) = match own_options(&mut args) {
+    let own = match own_options(&mut args) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("{e}");
@@ -83,6 +113,9 @@ fn main() -> ExitCode {
             println!(
                 "  --metrics <address:port>|off\n        Prometheus endpoint (GET /metrics) [127.0.0.1:{DEFAULT_METRICS_PORT}]\n"
             );
+            println!(
+                "  --log-format c|json\n        lines of the log file and stderr: C's text or JSON objects [c]\n"
+            );
             return ExitCode::SUCCESS;
         }
         Ok(CliAction::Version) => {
@@ -95,6 +128,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let kernel_root = own.root;
     let conf_path = if kernel_root.is_real() {
         DEFAULT_CONF.into()
     } else {
@@ -111,13 +145,30 @@ fn main() -> ExitCode {
     for w in &config.file.warnings {
         eprintln!("{} line {}: {}", conf_path.display(), w.line, w.why);
     }
+    let own_values = parse_metrics(own.metrics.as_deref().or(config.file.metrics.as_deref()))
+        .and_then(|m| {
+            parse_log_format(
+                own.log_format
+                    .as_deref()
+                    .or(config.file.log_format.as_deref()),
+            )
+            .map(|j| (m, j))
+        });
+    let (metrics, log_json) = match own_values {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
     match run(DaemonArgs {
         kernel_root,
-        cluster,
+        cluster: own.cluster,
         config,
         conf_text,
         conf_path: Some(conf_path),
         metrics,
+        log_json,
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

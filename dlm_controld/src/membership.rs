@@ -360,6 +360,14 @@ impl Membership {
         };
         for &(nodeid, reason) in left {
             let failed = reason == NODEDOWN || reason == PROCDOWN;
+            tracing::debug!(
+                cg = cg.seq,
+                nodeid,
+                reason,
+                "add_change cg {} remove nodeid {nodeid} reason {}",
+                cg.seq,
+                reason_str(reason)
+            );
             if failed {
                 cg.failed_count += 1;
             }
@@ -390,6 +398,12 @@ impl Membership {
         }
         let mut we_joined = false;
         for &nodeid in joined {
+            tracing::debug!(
+                cg = cg.seq,
+                nodeid,
+                "add_change cg {} joined nodeid {nodeid}",
+                cg.seq
+            );
             if let Some(m) = cg.memb_mut(nodeid) {
                 m.added = true;
             }
@@ -404,6 +418,19 @@ impl Membership {
                 self.history_add(nodeid, cg.seq);
             }
         }
+        tracing::debug!(
+            cg = cg.seq,
+            member = cg.member_count,
+            joined = cg.joined_count,
+            remove = cg.remove_count,
+            failed = cg.failed_count,
+            "add_change cg {} counts member {} joined {} remove {} failed {}",
+            cg.seq,
+            cg.member_count,
+            cg.joined_count,
+            cg.remove_count,
+            cg.failed_count
+        );
         let removed: Vec<u32> = cg.removed.iter().map(|m| m.nodeid).collect();
         self.changes.push(cg);
         // stop_kernel, then purge the plocks of every removed node, then apply
@@ -448,8 +475,25 @@ impl Membership {
         body: &StartBody,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
-        let _ = seq;
+        tracing::debug!(
+            from,
+            seq,
+            flags,
+            "receive_start {from}:{seq} flags {flags:x} counts {} {} {} {} {}",
+            body.started_count,
+            body.member_count,
+            body.joined_count,
+            body.remove_count,
+            body.failed_count
+        );
         if let Some(i) = self.find_change(env, from, flags, body) {
+            tracing::debug!(
+                from,
+                seq,
+                cg = self.changes[i].seq,
+                "match_change {from}:{seq} matches cg {}",
+                self.changes[i].seq
+            );
             let added = self
                 .changes
                 .iter()
@@ -560,10 +604,22 @@ impl Membership {
             return false;
         }
         if env.quorum_required && !env.quorate {
+            if self.wait != WaitCondition::Quorum {
+                tracing::debug!("wait for quorum");
+            }
             self.wait = WaitCondition::Quorum;
             return false;
         }
         if !self.check_fencing_done(env) {
+            if self.wait != WaitCondition::Fencing {
+                let nodes: Vec<u32> = self
+                    .history
+                    .iter()
+                    .filter(|(_, h)| h.need_fencing)
+                    .map(|(n, _)| *n)
+                    .collect();
+                tracing::debug!(?nodes, "wait for fencing of {nodes:?}");
+            }
             self.wait = WaitCondition::Fencing;
             return false;
         }
@@ -612,10 +668,22 @@ impl Membership {
                         });
                     }
                 }
+                let body = self.body(start);
+                tracing::debug!(
+                    cg = start.seq,
+                    "send_start {}:{} counts {} {} {} {} {}",
+                    self.our,
+                    start.seq,
+                    body.started_count,
+                    body.member_count,
+                    body.joined_count,
+                    body.remove_count,
+                    body.failed_count
+                );
                 fx.push(Effect::SendStart {
                     seq: start.seq,
                     flags: self.start_flags(),
-                    body: self.body(start),
+                    body,
                 });
                 self.changes[newest].state = State::WaitMessages;
             }
@@ -626,6 +694,14 @@ impl Membership {
                     .filter(|m| !m.start)
                     .count();
                 if need > 0 {
+                    let total = self.changes[newest].members.len();
+                    let cg = self.changes[newest].seq;
+                    tracing::debug!(
+                        cg,
+                        need,
+                        total,
+                        "wait_messages cg {cg} need {need} of {total}"
+                    );
                     self.wait = WaitCondition::Other(i32::try_from(need).unwrap_or(i32::MAX));
                     return;
                 }
@@ -666,6 +742,13 @@ impl Membership {
                     .any(|c| c.removed.iter().any(|r| r.nodeid == *n))
             })
             .collect();
+        tracing::debug!(
+            cg = start.seq,
+            member_count = members.len(),
+            "start_kernel cg {} member_count {}",
+            start.seq,
+            members.len()
+        );
         fx.push(Effect::StartKernel {
             seq: start.seq,
             write_id: self.joining,
@@ -698,6 +781,12 @@ impl Membership {
         if data_node == 0 {
             self.need_plocks = false;
         }
+        tracing::debug!(
+            data_node,
+            need_plocks = self.need_plocks,
+            "set_plock_data_node {data_node} need_plocks {}",
+            u8::from(self.need_plocks)
+        );
         fx.push(Effect::Started {
             plock_data_node: data_node,
             nodes_added,
@@ -717,5 +806,17 @@ impl Membership {
         start.combined_seq = self.changes.first().map_or(start.seq, |c| c.seq);
         self.changes.clear();
         self.started = Some(start);
+    }
+}
+
+/// `reason_str`: corosync's CPG reason as C's log lines name it.
+fn reason_str(reason: u32) -> &'static str {
+    match reason {
+        1 => "join",
+        2 => "leave",
+        3 => "nodedown",
+        4 => "nodeup",
+        5 => "procdown",
+        _ => "unknown",
     }
 }

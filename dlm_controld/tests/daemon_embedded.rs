@@ -374,3 +374,82 @@ fn refuses_to_start_beside_uncontrolled_lockspaces() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Logging through `tracing`: `dlm_tool dump` keeps C's text lines, named by the lockspace
+/// span (the membership lines as C words them); `log_format=json` in dlm.conf makes the log
+/// file one JSON object per line with the events' fields; a bad `log_format` is refused.
+#[test]
+fn logs_c_lines_in_the_ring_and_json_in_the_file() {
+    let dir = root("log");
+    std::fs::create_dir_all(dir.join("etc/dlm")).expect("mkdir");
+    std::fs::write(dir.join("etc/dlm/dlm.conf"), "log_format=bogus\n").expect("conf");
+    let ns = Netns::new("log").expect("netns");
+    let out = daemon_cmd(&ns, &dir).output().expect("run dlm_controld");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("log format must be c or json, not bogus"),
+        "{out:?}"
+    );
+
+    std::fs::write(
+        dir.join("etc/dlm/dlm.conf"),
+        "log_format=json\ndebug_logfile=1\n",
+    )
+    .expect("conf");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let d = start(&ns, &dir);
+    assert!(k.wait_daemon(T));
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_joined("foo", T));
+
+    let bin = Path::new(env!("CARGO_BIN_EXE_dlm_controld")).with_file_name("dlm_tool");
+    let dump = ns
+        .command(&bin.display().to_string())
+        .arg("dump")
+        .output()
+        .expect("dlm_tool dump");
+    let dump = String::from_utf8_lossy(&dump.stdout).into_owned();
+    let has = |tail: &str| {
+        dump.lines().any(|l| {
+            l.split_once(' ')
+                .is_some_and(|(t, rest)| t.parse::<u64>().is_ok() && rest == tail)
+        })
+    };
+    assert!(has("foo add_change cg 1 joined nodeid 1"), "{dump}");
+    assert!(
+        has("foo add_change cg 1 counts member 1 joined 1 remove 0 failed 0"),
+        "{dump}"
+    );
+    assert!(has("foo start_kernel cg 1 member_count 1"), "{dump}");
+    assert!(!dump.contains('{'), "the ring keeps C's text: {dump}");
+
+    let log = std::fs::read_to_string(dir.join("var/log/dlm_controld/dlm_controld.log"))
+        .expect("log file");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let counts = lines
+        .iter()
+        .find(|j| {
+            j["ls"] == "foo"
+                && j["msg"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("add_change cg 1 counts"))
+        })
+        .unwrap_or_else(|| panic!("no add_change line in {log}"));
+    assert_eq!(counts["level"], "debug");
+    assert_eq!(counts["cg"], 1);
+    assert_eq!(counts["member"], 1);
+    assert_eq!(counts["joined"], 1);
+    assert!(counts["time"].is_u64());
+    let started = lines
+        .iter()
+        .find(|j| j["msg"].as_str().is_some_and(|m| m.ends_with(" started")))
+        .unwrap_or_else(|| panic!("no start line in {log}"));
+    assert_eq!(started["level"], "info");
+    assert!(started["version"].is_string());
+    drop(d);
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

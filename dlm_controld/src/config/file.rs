@@ -85,6 +85,10 @@ pub struct ConfFile {
     pub fence: BTreeMap<u32, Vec<FenceMethod>>,
     /// Lines ignored.
     pub warnings: Vec<ConfWarning>,
+    /// This build's own `metrics=<address:port>|off` (the command line's `--metrics` wins).
+    pub metrics: Option<String>,
+    /// This build's own `log_format=c|json` (the command line's `--log-format` wins).
+    pub log_format: Option<String>,
 }
 
 impl ConfFile {
@@ -144,6 +148,17 @@ pub fn parse_conf(text: &str) -> Result<ConfFile, ConfError> {
                 Err(e) => return Err(err(&e.to_string())),
             };
             conf.options.push((line, o, v));
+            section = Section::None;
+            continue;
+        }
+        // this build's own keys (the C daemon warns about them and goes on)
+        if let ("metrics" | "log_format", Some((_, v))) = (key, raw.split_once('=')) {
+            let v = v.split_whitespace().next().unwrap_or_default().to_owned();
+            if key == "metrics" {
+                conf.metrics = Some(v);
+            } else {
+                conf.log_format = Some(v);
+            }
             section = Section::None;
             continue;
         }

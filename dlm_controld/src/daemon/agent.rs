@@ -63,7 +63,7 @@ pub(crate) fn spawn(
     let ended = move |pid, status: Option<std::process::ExitStatus>| {
         let result = status.and_then(|s| s.code()).unwrap_or(-1);
         if result == -1 {
-            crate::log_error!("fence result {nodeid} pid {pid} result -1 term signal");
+            tracing::error!("fence result {nodeid} pid {pid} result -1 term signal");
         }
         let _ = tx.send(AgentExit {
             nodeid,
@@ -74,7 +74,7 @@ pub(crate) fn spawn(
     match start(program(agent), stdin, ended) {
         Ok(pid) => pid,
         Err(e) => {
-            crate::log_error!("fence request {nodeid} agent {agent}: {e}");
+            tracing::error!("fence request {nodeid} agent {agent}: {e}");
             let _ = exits.send(AgentExit {
                 nodeid,
                 pid: 0,
@@ -109,7 +109,7 @@ pub(crate) fn run_command(uuid: String, command: &str, exits: mpsc::UnboundedSen
         result: 1,
     };
     if id == 0 {
-        crate::log_error!("run {uuid}: not an allowed command: {command}");
+        tracing::error!("run {uuid}: not an allowed command: {command}");
         let _ = exits.send(refused);
         return;
     }
@@ -124,7 +124,7 @@ pub(crate) fn run_command(uuid: String, command: &str, exits: mpsc::UnboundedSen
             .and_then(|s| s.code().or_else(|| s.signal()))
             .unwrap_or(1);
         if result != 0 {
-            crate::log_error!("run error {u} id {id} pid {pid} status {result}");
+            tracing::error!("run error {u} id {id} pid {pid} status {result}");
         }
         let _ = tx.send(RunExit {
             uuid: u,
@@ -133,9 +133,9 @@ pub(crate) fn run_command(uuid: String, command: &str, exits: mpsc::UnboundedSen
         });
     };
     match start(cmd, String::new(), ended) {
-        Ok(pid) => crate::log_debug!("helper run {uuid} pid {pid} cmd_id {id} {command}"),
+        Ok(pid) => tracing::debug!("helper run {uuid} pid {pid} cmd_id {id} {command}"),
         Err(e) => {
-            crate::log_error!("run {uuid}: {}: {e}", av[0]);
+            tracing::error!("run {uuid}: {}: {e}", av[0]);
             let _ = exits.send(refused);
         }
     }
@@ -169,7 +169,7 @@ pub(crate) fn new_uuid() -> String {
 
 /// Kills an agent we no longer need (`fence_pid_cancel`); its task reaps it.
 pub(crate) fn cancel(nodeid: u32, pid: u32) {
-    crate::log_debug!("fence_pid_cancel nodeid {nodeid} pid {pid} sigkill");
+    tracing::debug!("fence_pid_cancel nodeid {nodeid} pid {pid} sigkill");
     let Ok(raw) = i32::try_from(pid) else { return };
     if raw > 0 {
         let _ = nix::sys::signal::kill(
@@ -189,7 +189,7 @@ pub(crate) async fn unfence(conf: &ConfFile, our: u32) -> Result<(), String> {
             .spawn()
             .map_err(|e| format!("unfence {our} {} {} run error {e}", m.device, m.agent))?;
         let pid = child.id().unwrap_or(0);
-        crate::log_error!("unfence {our} pid {pid} {} {}", m.device, m.agent);
+        tracing::error!("unfence {our} pid {pid} {} {}", m.device, m.agent);
         if let Some(mut i) = child.stdin.take() {
             let _ = i.write_all(stdin.as_bytes()).await;
         }

@@ -66,7 +66,7 @@ pub(crate) async fn serve(listener: UnixListener, tx: mpsc::UnboundedSender<Cont
         let ci = next;
         tokio::spawn(async move {
             if let Err(e) = connection(stream, tx, ci).await {
-                crate::log_debug!("connection {ci} read error {e}");
+                tracing::debug!("connection {ci} read error {e}");
             }
         });
     }
@@ -101,7 +101,7 @@ async fn connection(
                 m.socket_requests
                     .with_label_values(&["main", "none", "bad"])
                     .inc();
-                crate::log_error!("connection {ci}: {e}");
+                tracing::error!("connection {ci}: {e}");
                 return Ok(());
             }
         };
@@ -112,7 +112,7 @@ async fn connection(
             .await
             .is_err()
         {
-            crate::log_error!("connection {ci}: request body not sent");
+            tracing::error!("connection {ci}: request body not sent");
             return Ok(());
         }
         let req = match Request::decode(&h, &extra) {
@@ -121,7 +121,7 @@ async fn connection(
                 m.socket_requests
                     .with_label_values(&["main", label, "bad"])
                     .inc();
-                crate::log_error!("connection {ci}: {e}");
+                tracing::error!("connection {ci}: {e}");
                 return Ok(());
             }
         };
@@ -134,7 +134,7 @@ async fn connection(
             ..DlmcHeader::new(h.command)
         };
         if uid != 0 {
-            crate::log_error!(
+            tracing::error!(
                 "connection {ci}: command {} refused for uid {uid}: needs root",
                 h.command.0
             );
@@ -164,7 +164,7 @@ async fn connection(
                 Ok(n) if n > 0 => {
                     let _ = tx.send(ControlCmd::FenceAck(n));
                 }
-                _ => crate::log_error!("fence_ack {nodeid}: not a node id"),
+                _ => tracing::error!("fence_ack {nodeid}: not a node id"),
             },
             // fs_controld mode (enable_fscontrol) is not supported, as with C's default
             Request::FsRegister(_) => {
@@ -219,7 +219,7 @@ async fn connection(
                 reply(&mut s, r, &status.to_ne_bytes()).await?;
             }
             _ => {
-                crate::log_error!("process_connection {ci} unknown command {}", h.command.0);
+                tracing::error!("process_connection {ci} unknown command {}", h.command.0);
             }
         }
     }

@@ -124,7 +124,7 @@ impl DaemonGroup {
                     st.joined_count = joined.len();
                     st.remove_count = left.len();
                 }
-                crate::log_debug!(
+                tracing::debug!(
                     "dlm:controld conf {} {} {}",
                     members.len(),
                     joined.len(),
@@ -154,7 +154,7 @@ impl DaemonGroup {
                 if let Ok(mut st) = self.status.lock() {
                     st.daemon_ringid = ring.seq;
                 }
-                crate::log_debug!("dlm:controld ring {}:{}", ring.nodeid, ring.seq);
+                tracing::debug!("dlm:controld ring {}:{}", ring.nodeid, ring.seq);
                 if self.embedded {
                     self.quorum.ring_seq = ring.seq;
                 }
@@ -175,20 +175,20 @@ impl DaemonGroup {
             Ok(m) => m,
             Err(e) => {
                 crate::metrics::get().daemon_dropped.inc();
-                crate::log_error!("dlm:controld: dropped a message from node {from}: {e}");
+                tracing::error!("dlm:controld: dropped a message from node {from}: {e}");
                 return Vec::new();
             }
         };
         if msg.header.nodeid != from {
             crate::metrics::get().daemon_dropped.inc();
-            crate::log_error!(
+            tracing::error!(
                 "dlm:controld: dropped a message from node {from} that names node {}",
                 msg.header.nodeid
             );
             return Vec::new();
         }
         if !matches!(msg.body, Body::Protocol(_)) && !self.fencing.allowed() {
-            crate::log_debug!(
+            tracing::debug!(
                 "deliver_cb_daemon ignore non proto msg {}",
                 msg.header.msg_type.0
             );
@@ -231,7 +231,7 @@ impl DaemonGroup {
                     let o = self.runs.receive_request(from, &r);
                     self.run_out(o);
                 } else {
-                    crate::log_debug!("receive_run_request from {from} helper not enabled");
+                    tracing::debug!("receive_run_request from {from} helper not enabled");
                 }
                 self.fencing.work(env, &self.proto)
             }
@@ -244,7 +244,7 @@ impl DaemonGroup {
             }
             _ => {
                 crate::metrics::get().daemon_dropped.inc();
-                crate::log_error!(
+                tracing::error!(
                     "deliver_cb_daemon unknown msg type {} from {from}",
                     msg.header.msg_type.0
                 );
@@ -272,7 +272,7 @@ impl DaemonGroup {
 
     fn send(&mut self, bytes: &[u8]) {
         if let Err(e) = self.group.mcast(bytes) {
-            crate::log_error!("dlm:controld: multicast: {e}");
+            tracing::error!("dlm:controld: multicast: {e}");
         }
     }
 
@@ -322,8 +322,8 @@ impl DaemonGroup {
                     kick(services, n);
                     self.proto.mark_killed(n);
                 }
-                Out::Log(true, line) => crate::log_error!("{line}"),
-                Out::Log(false, line) => crate::log_debug!("{line}"),
+                Out::Log(true, line) => tracing::error!("{line}"),
+                Out::Log(false, line) => tracing::debug!("{line}"),
             }
         }
         self.publish();
@@ -374,8 +374,8 @@ impl DaemonGroup {
                         agent::run_command(uuid, &command, tx.clone());
                     }
                 }
-                run::Out::Log(true, l) => crate::log_error!("{l}"),
-                run::Out::Log(false, l) => crate::log_debug!("{l}"),
+                run::Out::Log(true, l) => tracing::error!("{l}"),
+                run::Out::Log(false, l) => tracing::debug!("{l}"),
             }
         }
         if let Ok(mut st) = self.status.lock() {
@@ -386,7 +386,7 @@ impl DaemonGroup {
     /// `dlm_tool run`: (rv, uuid).
     pub(crate) fn run_start(&mut self, dest: i32, flags: u32, command: &[u8]) -> (i32, String) {
         if !self.helper {
-            crate::log_debug!("ignore start_run helper not enabled");
+            tracing::debug!("ignore start_run helper not enabled");
             return (-1, String::new());
         }
         let uuid = agent::new_uuid();
@@ -402,7 +402,7 @@ impl DaemonGroup {
     /// `dlm_tool run_check`: (rv, status).
     pub(crate) fn run_check(&mut self, uuid: &str, flags: u32) -> (i32, u32) {
         if !self.helper {
-            crate::log_debug!("ignore check_run helper not enabled");
+            tracing::debug!("ignore check_run helper not enabled");
             return (-1, 0);
         }
         let (st, out) = self.runs.check(uuid, flags);
@@ -477,7 +477,7 @@ impl DaemonGroup {
 
     /// `dlm_tool fence_ack <nodeid>`.
     pub(crate) fn fence_ack(&mut self, nodeid: u32, services: Option<&CorosyncServices>) {
-        crate::log_error!("fence_ack {nodeid}");
+        tracing::error!("fence_ack {nodeid}");
         let o = self.fencing.fence_ack(self.env(), nodeid);
         self.perform(vec![o], services);
     }
@@ -485,10 +485,10 @@ impl DaemonGroup {
 
 /// `kick_node_from_cluster`.
 fn kick(services: Option<&CorosyncServices>, nodeid: u32) {
-    crate::log_error!("tell corosync to remove nodeid {nodeid} from cluster");
+    tracing::error!("tell corosync to remove nodeid {nodeid} from cluster");
     if let Some(s) = services {
         if let Err(e) = s.cfg.kill_node(nodeid, "dlm_controld") {
-            crate::log_error!("kill node {nodeid}: {e}");
+            tracing::error!("kill node {nodeid}: {e}");
         }
     }
 }

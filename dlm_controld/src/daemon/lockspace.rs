@@ -175,7 +175,7 @@ impl Shell {
                         self.group.enqueue(bytes)
                     };
                     if let Err(e) = r {
-                        crate::log_error!("{}: multicast: {e}", self.text);
+                        tracing::error!("multicast: {e}");
                     }
                     Ok(())
                 }
@@ -183,7 +183,7 @@ impl Shell {
                     self.count_reply(&info);
                     if let Some(dev) = self.ctx.device.as_ref() {
                         if let Err(e) = dev.write_record(&info.encode()) {
-                            crate::log_error!("plock reply: {e}");
+                            tracing::error!("plock reply: {e}");
                         }
                     }
                     Ok(())
@@ -192,7 +192,7 @@ impl Shell {
                 Action::TransferSent { messages } => {
                     self.metrics.transfers[0].inc();
                     self.metrics.transfer_messages[0].inc_by(u64::from(messages));
-                    crate::log_group!(&self.text, "send_plocks_data done {messages} messages");
+                    tracing::debug!(messages, "send_plocks_data done {messages} messages");
                     Ok(())
                 }
                 Action::TransferReceived { messages, ms } => {
@@ -200,15 +200,16 @@ impl Shell {
                     self.metrics.transfer_messages[1].inc_by(u64::from(messages));
                     #[allow(clippy::cast_precision_loss)] // milliseconds, far below 2^52
                     self.metrics.transfer_seconds.observe(ms as f64 / 1000.0);
-                    crate::log_group!(
-                        &self.text,
+                    tracing::debug!(
+                        messages,
+                        ms,
                         "receive_plocks_done {messages} messages in {ms} ms"
                     );
                     Ok(())
                 }
                 Action::Dropped { from, why } => {
                     self.metrics.dropped.inc();
-                    crate::log_error!("{}: dropped a message from node {from}: {why}", self.text);
+                    tracing::error!(from, "dropped a message from node {from}: {why}");
                     Ok(())
                 }
                 Action::Left => startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0)
@@ -220,7 +221,7 @@ impl Shell {
                     }),
             };
             if let Err(e) = r {
-                crate::log_error!("{}: {e}", self.text);
+                tracing::error!("{e}");
             }
         }
     }
@@ -343,7 +344,7 @@ pub(crate) async fn run(
         Ok(g) => g,
         Err(e) => {
             // cpg_join failed: the kernel's join fails with event_done = -1
-            crate::log_error!("{text}: cpg_join: {e}");
+            tracing::error!("cpg_join: {e}");
             unregister(&ctx, &text);
             let _ = ctx.seam.sysfs_write(&name, "event_done", "-1");
             let _ = ctx.done.send(text);
@@ -396,7 +397,7 @@ pub(crate) async fn run(
                 Some(LsCommand::Leave) => {
                     ls.core.leave();
                     if let Err(e) = ls.group.leave() {
-                        crate::log_error!("{text}: cpg_leave: {e}");
+                        tracing::error!("cpg_leave: {e}");
                     }
                 }
                 None => break,
@@ -404,7 +405,7 @@ pub(crate) async fn run(
             ev = ls.group.next_event() => match ev {
                 Ok(ev) => ls.event(ev),
                 Err(e) => {
-                    crate::log_error!("{text}: {e}");
+                    tracing::error!("{e}");
                     break;
                 }
             },
@@ -441,7 +442,7 @@ pub(crate) async fn run(
                 }
                 last_flush = f;
             }
-            Err(e) => crate::log_error!("{text}: multicast: {e}"),
+            Err(e) => tracing::error!("multicast: {e}"),
         }
     }
     // what is still queued goes out before the task ends (a leave's last messages)

@@ -61,6 +61,8 @@ pub struct DaemonArgs {
     pub conf_path: Option<std::path::PathBuf>,
     /// Where to serve Prometheus metrics (`--metrics`); `None`: nowhere.
     pub metrics: Option<std::net::SocketAddr>,
+    /// `--log-format json`: JSON lines to the log file and stderr.
+    pub log_json: bool,
 }
 
 /// Why the daemon stopped.
@@ -134,7 +136,7 @@ fn sd_notify(msg: &[u8]) {
         sock.send_to(msg, std::path::Path::new(&path))
     };
     if let Err(e) = sent {
-        crate::log_error!("sd_notify: {e}");
+        tracing::error!("sd_notify: {e}");
     }
 }
 
@@ -172,19 +174,20 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         .map_err(|e| DaemonError::Io("tokio runtime", e))?;
     let r = rt.block_on(daemon(args));
     if let Err(e) = &r {
-        crate::log_error!("{e}");
+        tracing::error!("{e}");
     }
     r
 }
 
 /// Where log lines go for these options (syslog only for the real kernel, not in tests).
-fn sinks(o: &crate::config::Options, real: bool) -> crate::log::Sinks {
+fn sinks(o: &crate::config::Options, real: bool, json: bool) -> crate::log::Sinks {
     use crate::config::Opt;
     crate::log::Sinks {
         stderr: o.on(Opt::DaemonDebug),
         plock_stderr: o.on(Opt::PlockDebug),
         debug_logfile: o.on(Opt::DebugLogfile),
         syslog: real,
+        json,
     }
 }
 
@@ -192,15 +195,13 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let seam = args.kernel_root.clone();
     crate::log::init(
         Some(&seam.path("var/log/dlm_controld/dlm_controld.log")),
-        sinks(&args.config.options, seam.is_real()),
+        sinks(&args.config.options, seam.is_real(), args.log_json),
     );
     let _pid = pid_file(&seam)?;
-    crate::log::log(
-        crate::log::Level::Info,
-        None,
-        false,
-        false,
-        format_args!("dlm_controld {} started", env!("CARGO_PKG_VERSION")),
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "dlm_controld {} started",
+        env!("CARGO_PKG_VERSION")
     );
     let embedded = args.cluster == ClusterKind::Embedded;
     let mut services = if embedded {
@@ -209,7 +210,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         Some(CorosyncServices::connect().map_err(DaemonError::Cluster)?)
     };
     let our = services.as_ref().map_or(EMBEDDED_NODEID, |s| s.nodeid);
-    crate::log_debug!("our_nodeid {our}");
+    tracing::debug!("our_nodeid {our}");
     let cluster_name = services
         .as_ref()
         .map_or_else(|| "dlm".to_owned(), |s| s.cluster_name.clone());
@@ -217,12 +218,12 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let stale = seam.uncontrolled_lockspaces();
     if !stale.is_empty() {
         for n in &stale {
-            crate::log_error!("found uncontrolled lockspace {n}");
+            tracing::error!("found uncontrolled lockspace {n}");
         }
         if let Some(s) = services.as_ref() {
-            crate::log_error!("tell corosync to remove nodeid {our} from cluster");
+            tracing::error!("tell corosync to remove nodeid {our} from cluster");
             if let Err(e) = s.cfg.kill_node(our, "dlm_controld") {
-                crate::log_error!("kill node {our}: {e}");
+                tracing::error!("kill node {our}: {e}");
             }
         }
         return Err(DaemonError::Uncontrolled(stale));
@@ -255,7 +256,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let mut cluster_nodes = vec![our];
     if let Some(s) = services.as_mut() {
         let change = wait_quorum(s).await?;
-        crate::log_debug!(
+        tracing::debug!(
             "cluster quorum {} seq {} nodes {}",
             u8::from(change.quorate),
             change.ring_seq,
@@ -401,7 +402,7 @@ impl Comms {
             let mark = cfg.file.node_marks.get(&n).copied().unwrap_or(0);
             for a in s.addrs(n) {
                 if let Err(e) = startup::add_node(seam, n, &a.storage, n == our, mark) {
-                    crate::log_error!("{e}");
+                    tracing::error!("{e}");
                 }
             }
             self.nodes.push(n);
@@ -461,7 +462,7 @@ async fn main_loop(
                 tokio::spawn(metrics_http::serve(l, registry.clone()));
             }
             // metrics are not worth refusing to run for
-            Err(e) => crate::log_error!("metrics endpoint {addr}: {e}"),
+            Err(e) => tracing::error!("metrics endpoint {addr}: {e}"),
         }
     }
     match query::bind() {
@@ -600,10 +601,10 @@ async fn main_loop(
                         }
                         dg.quorum.view.quorate = c.quorate;
                         dg.quorum.ring_seq = c.ring_seq;
-                        crate::log_debug!("cluster quorum {} seq {} nodes {}", u8::from(c.quorate), c.ring_seq, c.nodes.len());
+                        tracing::debug!("cluster quorum {} seq {} nodes {}", u8::from(c.quorate), c.ring_seq, c.nodes.len());
                         let added: Vec<u32> = c.nodes.iter().copied().filter(|n| !comms.nodes.contains(n)).collect();
                         for n in &added {
-                            crate::log_debug!("cluster node {n} added seq {}", c.ring_seq);
+                            tracing::debug!("cluster node {n} added seq {}", c.ring_seq);
                         }
                         dg.cluster_nodes_added(&added, now);
                         comms.update(seam, &config, s, our, &c.nodes);
@@ -618,7 +619,7 @@ async fn main_loop(
                         // corosync may stop only when no lockspace needs it (C's shutdown_callback)
                         let idle = registry.lock().is_ok_and(|m| m.is_empty());
                         if !idle {
-                            crate::log_debug!("shutdown ignored, active lockspaces");
+                            tracing::debug!("shutdown ignored, active lockspaces");
                         }
                         let _ = s.cfg.reply_shutdown(idle);
                     }
@@ -691,7 +692,7 @@ fn apply_control(
         control::ControlCmd::Reload => match config.reload(file_text.as_deref()) {
             Ok(ch) => {
                 for c in &ch {
-                    crate::log_debug!(
+                    tracing::debug!(
                         "config file {} = {} cli_set 0 use {}",
                         c.opt.spec().name,
                         fmt_value(&c.new),
@@ -701,7 +702,7 @@ fn apply_control(
                 ch
             }
             Err(e) => {
-                crate::log_error!("reload_config: {e}");
+                tracing::error!("reload_config: {e}");
                 return;
             }
         },
@@ -712,7 +713,7 @@ fn apply_control(
         control::ControlCmd::SetConfig(text) => {
             let (ch, ignored) = config.set_config(&text, file_text.as_deref());
             for c in &ch {
-                crate::log_debug!(
+                tracing::debug!(
                     "config dynamic {} = {} previous use {}",
                     c.opt.spec().name,
                     fmt_value(&c.new),
@@ -720,16 +721,16 @@ fn apply_control(
                 );
             }
             for w in ignored {
-                crate::log_debug!("set_config ignored {w}");
+                tracing::debug!("set_config ignored {w}");
             }
             ch
         }
     };
-    crate::log::set_sinks(sinks(&config.options, seam.is_real()));
+    crate::log::set_sinks(sinks(&config.options, seam.is_real(), crate::log::json()));
     for c in changes {
         if c.opt == crate::config::Opt::LogDebug {
             if let Err(e) = seam.configfs_write("log_debug", fmt_value(&c.new).as_bytes()) {
-                crate::log_error!("set log_debug: {e}");
+                tracing::error!("set log_debug: {e}");
             }
         }
     }
@@ -763,8 +764,12 @@ fn handle_uevent(
                 dlm_proto::wire::global_id(&ev.lockspace),
                 Arc::from(name.as_str()),
             );
+            let span = tracing::debug_span!("lockspace", ls = name.as_str());
             lockspaces.insert(name, tx);
-            tokio::spawn(lockspace::run(ev.lockspace, conf, ctx.clone(), rx));
+            tokio::spawn(tracing::Instrument::instrument(
+                lockspace::run(ev.lockspace, conf, ctx.clone(), rx),
+                span,
+            ));
         }
         UeventAction::Offline => {
             if let Some(tx) = lockspaces.get(&name) {
@@ -811,7 +816,7 @@ fn plock_request(
         Ok(i) => i,
         Err(e) => {
             crate::metrics::get().plock_bad_records.inc();
-            crate::log_error!("dropped a plock record: {e}");
+            tracing::error!("dropped a plock record: {e}");
             return;
         }
     };
@@ -829,12 +834,11 @@ fn plock_request(
                     crate::metrics::OPS[crate::metrics::op_index(info.op)],
                 ])
                 .inc();
-            crate::log::log(
-                crate::log::Level::Debug,
-                None,
-                true,
-                true,
-                format_args!("process_plocks: no ls id {:x}", info.fsid),
+            tracing::debug!(
+                target: crate::log::PLOCK_TARGET,
+                fsid = info.fsid,
+                "process_plocks: no ls id {:x}",
+                info.fsid
             );
         }
     }
@@ -850,7 +854,7 @@ fn plock_request(
                 ..info
             };
             if let Err(e) = device.write_record(&reply.encode()) {
-                crate::log_error!("plock reply: {e}");
+                tracing::error!("plock reply: {e}");
             }
         }
         None => {}

@@ -134,7 +134,7 @@ async fn connection(
             m.socket_requests
                 .with_label_values(&["query", "none", "bad"])
                 .inc();
-            crate::log_error!("query socket: {e}");
+            tracing::error!("query socket: {e}");
             return Ok(());
         }
     };
@@ -145,7 +145,7 @@ async fn connection(
             m.socket_requests
                 .with_label_values(&["query", label, "bad"])
                 .inc();
-            crate::log_error!("query socket: {e}");
+            tracing::error!("query socket: {e}");
             return Ok(());
         }
     };
@@ -367,7 +367,7 @@ async fn answer(
         }
         other => {
             // main-socket commands and those not served yet: closed without a reply
-            crate::log_debug!("query socket: command {:?} not served", h.command);
+            tracing::debug!("query socket: command {:?} not served", h.command);
             let _ = other;
             return Ok(false);
         }

@@ -1,15 +1,21 @@
-//! Logging as the C daemon does it (logging.c `log_level`): each line is
-//! `<monotonic seconds> [<lockspace> ]<message>`, kept in a 1 MiB debug ring buffer
-//! (`dlm_tool dump`) and, for plock lines, a plock ring buffer (`dlm_tool log_plock`);
-//! errors and notices also go to syslog (ident `dlm_controld`, facility LOCAL4) and the log
-//! file; debug lines to the log file with `debug_logfile`, to stderr with `daemon_debug`.
+//! Logging as the C daemon does it (logging.c `log_level`), fed by `tracing`: code logs with
+//! `tracing` macros and fields, inside a `lockspace` span where it works for one lockspace;
+//! [`layer::CLayer`] turns each event into C's line `<monotonic seconds> [<lockspace> ]<message>`,
+//! kept in a 1 MiB debug ring buffer (`dlm_tool dump`); plock lines go to the plock ring buffer
+//! (`dlm_tool log_plock`) as records. Errors, warnings and notices also go to syslog (ident
+//! `dlm_controld`, facility LOCAL4) and the log file; debug lines to the log file with
+//! `debug_logfile`, to stderr with `daemon_debug`. With `--log-format json` the log file and
+//! stderr get one JSON object per line with every field instead (the rings stay C's text).
 
+pub mod layer;
 mod plock_ring;
 mod ring;
 
+pub use layer::{CLayer, Line, PLOCK_TARGET};
 pub use plock_ring::{PlockLine, PlockRing};
 pub use ring::{RING_SIZE, Ring};
 
+use std::cell::RefCell;
 use std::fmt::Arguments;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -21,10 +27,24 @@ use std::sync::{Mutex, OnceLock};
 pub enum Level {
     /// `LOG_ERR`
     Error = 3,
+    /// `LOG_WARNING`
+    Warning = 4,
     /// `LOG_INFO`
     Info = 6,
     /// `LOG_DEBUG`
     Debug = 7,
+}
+
+impl Level {
+    /// Lower-case name (JSON lines).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Warning => "warning",
+            Self::Info => "info",
+            Self::Debug => "debug",
+        }
+    }
 }
 
 /// Where lines go, set once at start and by `reload_config`/`set_config`.
@@ -38,6 +58,8 @@ pub struct Sinks {
     pub debug_logfile: bool,
     /// syslog.
     pub syslog: bool,
+    /// `--log-format json`: JSON objects to the log file and stderr.
+    pub json: bool,
 }
 
 struct Logger {
@@ -63,8 +85,21 @@ fn logger() -> &'static Mutex<Logger> {
     })
 }
 
-/// Opens the log file (appending; its directory created) and syslog.
+/// Makes [`CLayer`] the process's `tracing` subscriber (once; later calls do nothing).
+pub fn install() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let sub = tracing_subscriber::registry().with(CLayer);
+        // fails only if another subscriber was installed first (a test harness): keep it
+        let _ = tracing::subscriber::set_global_default(sub);
+    });
+}
+
+/// Installs the subscriber, opens the log file (appending; its directory created) and
+/// syslog.
 pub fn init(logfile: Option<&Path>, sinks: Sinks) {
+    install();
     let file = logfile.and_then(|p| {
         if let Some(dir) = p.parent() {
             let _ = std::fs::create_dir_all(dir);
@@ -88,8 +123,13 @@ pub fn set_sinks(sinks: Sinks) {
     }
 }
 
-/// `%b %d %T` in local time, for the log file.
-fn stamp() -> String {
+/// Whether lines are JSON now (`--log-format`, fixed at start).
+pub fn json() -> bool {
+    logger().lock().is_ok_and(|l| l.sinks.json)
+}
+
+/// Local time in a strftime `format`.
+fn local_time(format: &std::ffi::CStr) -> String {
     let mut buf = [0u8; 64];
     // SAFETY: time(NULL) has no preconditions; localtime_r writes only into `tm`, which
     // lives on this stack frame; strftime writes at most buf.len() bytes into `buf` and
@@ -100,18 +140,18 @@ fn stamp() -> String {
         if libc::localtime_r(&t, &mut tm).is_null() {
             return String::new();
         }
-        libc::strftime(
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            c"%b %d %T".as_ptr(),
-            &tm,
-        )
+        libc::strftime(buf.as_mut_ptr().cast(), buf.len(), format.as_ptr(), &tm)
     };
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// `%b %d %T` in local time, for the log file.
+fn stamp() -> String {
+    local_time(c"%b %d %T")
+}
+
 /// The line as it is stored: `<monotime> [<name> ]<message>\n`, cut at 510 characters.
-/// Formatted once, into one buffer (two lines per plock request pass through here).
+/// Formatted once, into one buffer.
 pub fn format_line(now: u64, name: Option<&str>, msg: Arguments<'_>) -> String {
     use std::fmt::Write as _;
     let mut line = String::with_capacity(96);
@@ -131,37 +171,71 @@ pub fn format_line(now: u64, name: Option<&str>, msg: Arguments<'_>) -> String {
     line
 }
 
-/// One line: `plock` lines go to the plock buffer; `plock_only` ones (C's LOG_NONE) only
-/// there.
-pub fn log(level: Level, name: Option<&str>, plock: bool, plock_only: bool, msg: Arguments<'_>) {
-    if level == Level::Error {
+thread_local! {
+    /// Lines captured instead of written (unit tests of the layer).
+    static CAPTURE: RefCell<Option<Vec<Line>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` and returns the lines its events made on this thread, written nowhere.
+pub fn capture(f: impl FnOnce()) -> Vec<Line> {
+    CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    f();
+    CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default()
+}
+
+/// Writes one event to the rings and the sinks (`log_level`). Plock-only lines (C's
+/// LOG_NONE) go to the plock ring only, or to stderr with `plock_debug`.
+pub fn emit(line: &Line) {
+    let captured = CAPTURE.with(|c| match c.borrow_mut().as_mut() {
+        Some(v) => {
+            v.push(line.clone());
+            true
+        }
+        None => false,
+    });
+    if captured {
+        return;
+    }
+    if line.level == Level::Error {
         crate::metrics::get().errors.inc();
     }
-    let line = format_line(crate::clock::monotonic_secs(), name, msg);
+    let now = crate::clock::monotonic_secs();
+    let text = format_line(
+        now,
+        line.ls.as_deref(),
+        format_args!("{}", line.fields.message),
+    );
     let Ok(mut l) = logger().lock() else {
         return;
     };
-    if !plock_only {
-        l.debug.push(line.as_bytes());
+    if line.plock_only {
+        l.plock.push_text(&text);
+    } else {
+        l.debug.push(text.as_bytes());
     }
-    if plock {
-        l.plock.push_text(&line);
-    }
-    if level <= Level::Info && l.sinks.syslog {
-        if let Ok(c) = std::ffi::CString::new(line.trim_end()) {
+    if line.level <= Level::Info && l.sinks.syslog {
+        if let Ok(c) = std::ffi::CString::new(text.trim_end()) {
             // SAFETY: both strings are NUL-terminated; "%s" consumes exactly one argument.
-            unsafe { libc::syslog(level as libc::c_int, c"%s".as_ptr(), c.as_ptr()) };
+            unsafe { libc::syslog(line.level as libc::c_int, c"%s".as_ptr(), c.as_ptr()) };
         }
     }
-    let to_file = level <= Level::Info || l.sinks.debug_logfile;
+    let json = l.sinks.json.then(|| {
+        let mut j = line.json(now);
+        j.push('\n');
+        j
+    });
+    let to_file = line.level <= Level::Info || l.sinks.debug_logfile;
     if to_file {
-        let st = stamp();
+        let out = json
+            .clone()
+            .unwrap_or_else(|| format!("{} {text}", stamp()));
         if let Some(f) = l.file.as_mut() {
-            let _ = write!(f, "{st} {line}");
+            let _ = f.write_all(out.as_bytes());
         }
     }
-    if l.sinks.stderr && (!plock_only || l.sinks.plock_stderr) {
-        let _ = std::io::stderr().write_all(line.as_bytes());
+    if l.sinks.stderr && (!line.plock_only || l.sinks.plock_stderr) {
+        let out = json.as_deref().unwrap_or(&text);
+        let _ = std::io::stderr().write_all(out.as_bytes());
     }
 }
 
@@ -186,14 +260,43 @@ pub fn plock_op(ls: &std::sync::Arc<str>, line: PlockLine, info: &dlm_proto::ker
         Some(ls),
         format_args!("{what} plock {}", PlockWords(info)),
     );
+    let out = if l.sinks.json {
+        let fields = layer::Fields {
+            message: format!("{what} plock {}", PlockWords(info)),
+            rest: vec![
+                ("op", layer::Value::Str(what.to_owned())),
+                ("number", layer::Value::U64(info.number)),
+                ("nodeid", layer::Value::I64(i64::from(info.nodeid))),
+                ("pid", layer::Value::U64(u64::from(info.pid))),
+                ("owner", layer::Value::U64(info.owner)),
+            ],
+        };
+        let l = Line {
+            level: Level::Debug,
+            ls: Some(ls.to_string()),
+            plock_only: true,
+            target: PLOCK_TARGET,
+            fields,
+            spans: Vec::new(),
+        };
+        let mut j = l.json(now);
+        j.push('\n');
+        j
+    } else {
+        text.clone()
+    };
     if l.sinks.debug_logfile {
-        let st = stamp();
+        let line = if l.sinks.json {
+            out.clone()
+        } else {
+            format!("{} {text}", stamp())
+        };
         if let Some(f) = l.file.as_mut() {
-            let _ = write!(f, "{st} {text}");
+            let _ = f.write_all(line.as_bytes());
         }
     }
     if stderr {
-        let _ = std::io::stderr().write_all(text.as_bytes());
+        let _ = std::io::stderr().write_all(out.as_bytes());
     }
 }
 
@@ -253,30 +356,6 @@ pub fn dump_plock() -> Vec<u8> {
         .lock()
         .map(|l| l.plock.contents())
         .unwrap_or_default()
-}
-
-/// `log_error`: a line at LOG_ERR.
-#[macro_export]
-macro_rules! log_error {
-    ($($t:tt)*) => { $crate::log::log($crate::log::Level::Error, None, false, false, format_args!($($t)*)) };
-}
-
-/// `log_debug`: a line at LOG_DEBUG.
-#[macro_export]
-macro_rules! log_debug {
-    ($($t:tt)*) => { $crate::log::log($crate::log::Level::Debug, None, false, false, format_args!($($t)*)) };
-}
-
-/// `log_group`: a debug line named by its lockspace.
-#[macro_export]
-macro_rules! log_group {
-    ($ls:expr, $($t:tt)*) => { $crate::log::log($crate::log::Level::Debug, Some($ls), false, false, format_args!($($t)*)) };
-}
-
-/// `log_plock`: a lockspace's plock line, in the plock buffer only.
-#[macro_export]
-macro_rules! log_plock {
-    ($ls:expr, $($t:tt)*) => { $crate::log::log($crate::log::Level::Debug, Some($ls), true, true, format_args!($($t)*)) };
 }
 
 #[cfg(test)]
@@ -341,8 +420,10 @@ mod tests {
 
     #[test]
     fn buffers_take_their_lines() {
-        log_debug!("unit test line {}", 42);
-        log_plock!("ls1", "plock only line");
+        install();
+        tracing::debug!("unit test line {}", 42);
+        let span = tracing::debug_span!("lockspace", ls = "ls1");
+        span.in_scope(|| tracing::debug!(target: PLOCK_TARGET, "plock only line"));
         let d = String::from_utf8_lossy(&dump_debug()).into_owned();
         let p = String::from_utf8_lossy(&dump_plock()).into_owned();
         assert!(d.contains(" unit test line 42"), "{d}");
