@@ -393,7 +393,7 @@ fn logs_c_lines_in_the_ring_and_json_in_the_file() {
 
     std::fs::write(
         dir.join("etc/dlm/dlm.conf"),
-        "log_format=json\ndebug_logfile=1\n",
+        "log_format=json\ndebug_logfile=1\nmetrics=127.0.0.1:9477\n",
     )
     .expect("conf");
     let k = FakeKernel::start(&dir).expect("fake kernel");
@@ -421,6 +421,20 @@ fn logs_c_lines_in_the_ring_and_json_in_the_file() {
         "{dump}"
     );
     assert!(has("foo start_kernel cg 1 member_count 1"), "{dump}");
+    // dlm.conf's metrics= moved the endpoint
+    let scrape = ns
+        .command("bash")
+        .args([
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/9477; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3",
+        ])
+        .output()
+        .expect("scrape");
+    assert!(
+        String::from_utf8_lossy(&scrape.stdout)
+            .contains("dlm_lockspace_members{lockspace=\"foo\"} 1"),
+        "{scrape:?}"
+    );
     assert!(!dump.contains('{'), "the ring keeps C's text: {dump}");
 
     let log = std::fs::read_to_string(dir.join("var/log/dlm_controld/dlm_controld.log"))
