@@ -115,3 +115,93 @@ fn lockspace_on_real_corosync() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// corosync pushing back: while `cpg_mcast_joined` answers CS_ERR_TRY_AGAIN (an LD_PRELOAD
+/// shim makes it, as corosync does with a full queue or during a membership sync), plock
+/// requests wait in the lockspace's send queue, `dlm_cpg_send_queue` shows them and
+/// `dlm_cpg_try_again_total` counts the retries; nothing is answered before it is ordered.
+/// Once corosync takes messages again, every request is answered, in request order.
+#[test]
+fn pushed_back_requests_wait_in_the_send_queue() {
+    use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+
+    let cs = Corosync::start("pushback");
+    let dir = std::env::temp_dir().join(format!("dlm-pushback-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
+    let hold = dir.join("hold");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let mut d = None;
+    for _ in 0..50 {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &cs.netns])
+            .arg(env!("CARGO_BIN_EXE_dlm_controld"))
+            .args(["--kernel-root", &dir.display().to_string(), "--foreground"])
+            .args(["-f", "0"])
+            .env("LD_PRELOAD", &shim)
+            .env("DLM_PUSHBACK_FILE", &hold)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dlm_controld");
+        if k.wait_daemon(Duration::from_secs(2)) {
+            d = Some(Daemon(child));
+            break;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let d = d.expect("the daemon came up on corosync");
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_joined("foo", T), "join never completed");
+    let fsid = dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"));
+    let series =
+        |name: &str| dlm_tests::metric_in_ns(&cs.netns, &format!("{name}{{lockspace=\"foo\"}}"));
+    assert_eq!(series("dlm_cpg_try_again_total"), 0.0);
+
+    std::fs::write(&hold, b"").expect("hold");
+    let reqs: Vec<PlockInfo> = (0..20u64)
+        .map(|i| PlockInfo {
+            version: PLOCK_VERSION,
+            op: PlockOp::LOCK,
+            ex: true,
+            wait: false,
+            flags: PlockFlags(0),
+            pid: 100,
+            nodeid: 0,
+            rv: 0,
+            fsid,
+            number: 1000 + i,
+            start: 0,
+            end: 9,
+            owner: 7,
+        })
+        .collect();
+    for r in &reqs {
+        k.send_plock(r).expect("send");
+    }
+    // queued, not answered: nothing was ordered
+    let queued = (0..100)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            series("dlm_cpg_send_queue")
+        })
+        .find(|&q| q >= 20.0);
+    assert_eq!(queued, Some(20.0), "the 20 requests never showed queued");
+    assert!(series("dlm_cpg_try_again_total") >= 1.0);
+    assert!(k.recv_plock_raw(Duration::from_millis(300)).is_none());
+
+    std::fs::remove_file(&hold).expect("release");
+    for r in &reqs {
+        let raw = k
+            .recv_plock_raw(T)
+            .expect("a reply once corosync takes messages");
+        let got = PlockInfo::decode(&raw).expect("a plock record");
+        assert_eq!((got.number, got.rv), (r.number, 0));
+    }
+    assert_eq!(series("dlm_cpg_send_queue"), 0.0);
+    drop(d);
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -83,8 +83,14 @@ pub fn metric_in_ns(ns: &str, series: &str) -> f64 {
 /// Compiles `tests/shim/dlm_shim.c` (the LD_PRELOAD shim that runs the C daemon on a fake
 /// kernel) into `dir` with the system C compiler; returns the library's path.
 pub fn build_shim(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shim/dlm_shim.c");
-    let out = dir.join("dlm_shim.so");
+    build_c_shim(dir, "dlm_shim")
+}
+
+/// Compiles `tests/shim/<name>.c` into `dir/<name>.so` (an LD_PRELOAD shim) with the system
+/// C compiler; returns the library's path.
+pub fn build_c_shim(dir: &std::path::Path, name: &str) -> std::io::Result<std::path::PathBuf> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("shim/{name}.c"));
+    let out = dir.join(format!("{name}.so"));
     let st = std::process::Command::new("cc")
         .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
         .arg(&out)
