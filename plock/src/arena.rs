@@ -10,7 +10,10 @@
 //! costs one arena slot and no allocation of its own. Slots are reused through a free list.
 //!
 //! Design: treap priorities come from a fixed hash of the slot number — deterministic, no
-//! RNG — and only shape the tree, never a decision.
+//! RNG — and only shape the tree, never a decision. Positions in insertion order are `u32`
+//! (a node is 72 bytes with a 24-byte value); when a list has used them all it renumbers
+//! itself 0.. in order, which keeps every comparison and the treap's order (keys with equal
+//! `start` keep their relative order), once per 2³² insertions into one list.
 
 /// Index of an arena slot.
 pub(crate) type Slot = u32;
@@ -21,7 +24,7 @@ struct Node<T> {
     start: u64,
     end: u64,
     max_end: u64,
-    seq: u64,
+    seq: u32,
     left: Slot,
     right: Slot,
     prev: Slot,
@@ -36,7 +39,7 @@ pub(crate) struct ListHead {
     head: Slot,
     tail: Slot,
     len: u32,
-    next_seq: u64,
+    next_seq: u32,
 }
 
 impl Default for ListHead {
@@ -58,6 +61,22 @@ impl ListHead {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The first entry in insertion order (NIL when empty).
+    pub(crate) fn head(&self) -> Slot {
+        self.head
+    }
+
+    /// The next insertion renumbers the list (its positions are used up).
+    pub(crate) fn will_renumber(&self) -> bool {
+        self.next_seq == u32::MAX
+    }
+
+    /// Moves the next position close to the end, so a test reaches a renumbering.
+    #[cfg(test)]
+    pub(crate) fn exhaust_positions(&mut self, left: u32) {
+        self.next_seq = self.next_seq.max(u32::MAX - left);
     }
 }
 
@@ -129,13 +148,27 @@ impl<T> Arena<T> {
     }
 
     /// Position in insertion order, comparable within one list.
-    pub(crate) fn seq(&self, s: Slot) -> u64 {
+    pub(crate) fn seq(&self, s: Slot) -> u32 {
         self.node(s).seq
     }
 
-    fn key(&self, s: Slot) -> (u64, u64) {
+    fn key(&self, s: Slot) -> (u64, u32) {
         let n = self.node(s);
         (n.start, n.seq)
+    }
+
+    /// Gives the entries of `list` the positions 0.. in insertion order (an order-keeping
+    /// relabelling, so the treap stays valid).
+    fn renumber(&mut self, list: &mut ListHead) {
+        let mut s = list.head;
+        let mut seq = 0u32;
+        while s != NIL {
+            let n = self.node_mut(s);
+            n.seq = seq;
+            seq += 1;
+            s = n.next;
+        }
+        list.next_seq = seq;
     }
 
     fn fix(&mut self, s: Slot) {
@@ -154,7 +187,7 @@ impl<T> Arena<T> {
     }
 
     /// Splits `t` into keys < `key` and keys ≥ `key`.
-    fn split(&mut self, t: Slot, key: (u64, u64)) -> (Slot, Slot) {
+    fn split(&mut self, t: Slot, key: (u64, u32)) -> (Slot, Slot) {
         if t == NIL {
             return (NIL, NIL);
         }
@@ -206,7 +239,10 @@ impl<T> Arena<T> {
     fn tree_remove(&mut self, list: &mut ListHead, s: Slot) {
         let (start, seq) = self.key(s);
         let (a, b) = self.split(list.root, (start, seq));
-        let (m, c) = self.split(b, (start, seq.saturating_add(1)));
+        // keys are (start, seq), unique; positions stop below u32::MAX (a list renumbers
+        // before handing that one out), so (start, seq + 1) is the first key above it
+        let above = (start, seq + 1);
+        let (m, c) = self.split(b, above);
         debug_assert_eq!(m, s, "treap lost an entry");
         let n = self.node_mut(s);
         n.left = NIL;
@@ -223,6 +259,9 @@ impl<T> Arena<T> {
         end: u64,
         value: T,
     ) -> Slot {
+        if list.will_renumber() {
+            self.renumber(list);
+        }
         let seq = list.next_seq;
         list.next_seq += 1;
         let node = Node {
@@ -317,7 +356,7 @@ impl<T> Arena<T> {
     }
 
     /// Slots of `list` in insertion order.
-    pub(crate) fn iter<'a>(&'a self, list: &ListHead) -> impl Iterator<Item = Slot> + 'a {
+    pub(crate) fn iter<'a>(&'a self, list: &ListHead) -> impl Iterator<Item = Slot> + use<'a, T> {
         let mut s = list.head;
         std::iter::from_fn(move || {
             if s == NIL {
@@ -349,6 +388,10 @@ mod tests {
             x % n
         };
         for i in 0..5000u32 {
+            // run out of positions now and then: the list renumbers itself
+            if i % 700 == 0 {
+                list.exhaust_positions(2);
+            }
             match rnd(4) {
                 0 | 1 => {
                     let a = rnd(64);

@@ -24,7 +24,8 @@ pub struct DumpEntry {
     pub owner: u64,
     /// A waiter rather than a granted lock.
     pub waiting: bool,
-    /// Milliseconds since granted (or since it started waiting), by this node's clock.
+    /// Milliseconds since granted (to the second) or since it started waiting, by this
+    /// node's clock.
     pub age_ms: u64,
 }
 
@@ -51,36 +52,28 @@ impl Lockspace {
     /// in FIFO order — the order of C's dump. `now` gives the ages.
     pub fn dump(&self, now: u64) -> impl Iterator<Item = DumpEntry> + '_ {
         self.resources_in_order().flat_map(move |r| {
-            let res = self.res(r);
-            let number = res.number;
-            let locks = self.locks.iter(&res.locks).map(move |s| {
-                let (start, end) = self.locks.range(s);
-                let l = self.locks.get(s);
-                DumpEntry {
-                    number,
-                    ex: l.ex,
-                    start,
-                    end,
-                    nodeid: l.nodeid,
-                    pid: l.pid,
-                    owner: l.owner,
-                    waiting: false,
-                    age_ms: now.saturating_sub(l.since),
-                }
+            let number = self.res(r).number;
+            let locks = self.locks_of(r).map(move |(start, end, l)| DumpEntry {
+                number,
+                ex: l.ex,
+                start,
+                end,
+                nodeid: l.nodeid,
+                pid: l.pid,
+                owner: l.owner,
+                waiting: false,
+                age_ms: l.age_ms(now),
             });
-            let waiters = self.waiters.iter(&res.waiters).map(move |s| {
-                let w = self.waiters.get(s);
-                DumpEntry {
-                    number,
-                    ex: w.info.ex,
-                    start: w.info.start,
-                    end: w.info.end,
-                    nodeid: w.info.nodeid,
-                    pid: w.info.pid,
-                    owner: w.info.owner,
-                    waiting: true,
-                    age_ms: now.saturating_sub(w.since),
-                }
+            let waiters = self.waiters_of(r).map(move |w| DumpEntry {
+                number,
+                ex: w.info.ex,
+                start: w.info.start,
+                end: w.info.end,
+                nodeid: w.info.nodeid,
+                pid: w.info.pid,
+                owner: w.info.owner,
+                waiting: true,
+                age_ms: now.saturating_sub(w.since),
             });
             locks.chain(waiters)
         })
@@ -102,20 +95,17 @@ impl Lockspace {
             .collect();
         numbers.sort_unstable();
         for (number, r) in numbers {
-            let res = self.res(r);
             h.u64(number);
-            h.u64(res.locks.len() as u64);
-            for s in self.locks.iter(&res.locks) {
-                let (start, end) = self.locks.range(s);
-                let l = self.locks.get(s);
+            h.u64(self.locks_of(r).count() as u64);
+            for (start, end, l) in self.locks_of(r) {
                 for v in [start, end, l.owner, u64::from(l.pid), u64::from(l.ex)] {
                     h.u64(v);
                 }
                 h.u64(u64::from(l.nodeid.unsigned_abs()));
             }
-            h.u64(res.waiters.len() as u64);
-            for s in self.waiters.iter(&res.waiters) {
-                let i = &self.waiters.get(s).info;
+            h.u64(self.waiters_of(r).count() as u64);
+            for w in self.waiters_of(r) {
+                let i = &w.info;
                 for v in [i.start, i.end, i.owner, u64::from(i.pid), u64::from(i.ex)] {
                     h.u64(v);
                 }

@@ -8,7 +8,6 @@
 
 use dlm_proto::wire::{MAX_PLOCKS_DATA_ENTRIES, PlockData, RD_CONTINUE, ResourceData};
 
-use crate::arena::Slot;
 use crate::effects::RestoreError;
 use crate::lockspace::Lockspace;
 
@@ -63,7 +62,8 @@ pub struct SnapshotCursor {
     next_resource: usize,
     /// Position inside the current resource: the entries already sent.
     sent: usize,
-    current: Option<(u32, Vec<Slot>, Vec<Slot>)>,
+    /// The current resource and its entries, locks (list order) then waiters (FIFO).
+    current: Option<(u32, Vec<PlockData>)>,
 }
 
 impl SnapshotCursor {
@@ -115,14 +115,18 @@ fn next_chunk(c: &mut SnapshotCursor, ls: &Lockspace) -> Option<Chunk> {
     if c.current.is_none() {
         let r = *c.resources.get(c.next_resource)?;
         c.next_resource += 1;
-        let res = ls.res(r);
-        let locks: Vec<Slot> = ls.locks.iter(&res.locks).collect();
-        let waiters: Vec<Slot> = ls.waiters.iter(&res.waiters).collect();
-        c.current = Some((r, locks, waiters));
+        let locks = ls
+            .locks_of(r)
+            .map(|(start, end, l)| entry(l.nodeid, start, end, l.owner, l.pid, l.ex, false));
+        let waiters = ls.waiters_of(r).map(|w| {
+            let w = &w.info;
+            entry(w.nodeid, w.start, w.end, w.owner, w.pid, w.ex, true)
+        });
+        c.current = Some((r, locks.chain(waiters).collect()));
         c.sent = 0;
     }
-    let (r, locks, waiters) = c.current.as_ref()?;
-    let total = locks.len() + waiters.len();
+    let (r, entries) = c.current.as_ref()?;
+    let total = entries.len();
     let mut chunk = Chunk {
         resource: ResourceData {
             number: ls.res(*r).number,
@@ -133,16 +137,7 @@ fn next_chunk(c: &mut SnapshotCursor, ls: &Lockspace) -> Option<Chunk> {
         len: 0,
     };
     while chunk.len < MAX_PLOCKS_DATA_ENTRIES && c.sent < total {
-        let i = c.sent;
-        let e = if i < locks.len() {
-            let s = locks[i];
-            let (start, end) = ls.locks.range(s);
-            let l = ls.locks.get(s);
-            entry(l.nodeid, start, end, l.owner, l.pid, l.ex, false)
-        } else {
-            let w = &ls.waiters.get(waiters[i - locks.len()]).info;
-            entry(w.nodeid, w.start, w.end, w.owner, w.pid, w.ex, true)
-        };
+        let e = entries[c.sent];
         chunk.entries[chunk.len] = Some(e);
         chunk.len += 1;
         c.sent += 1;
