@@ -9,6 +9,14 @@
 //! [`ListHead`] (root, head, tail, length, sequence counter), so a resource with one lock
 //! costs one arena slot and no allocation of its own. Slots are reused through a free list.
 //!
+//! Why not the `slab` and `intrusive-collections` crates: `slab::Slab<T>` stores an
+//! `enum { Vacant(usize), Occupied(T) }` per entry and hands out `usize` keys, while here the
+//! links between entries are the index itself — four `u32` links (treap left/right, list
+//! prev/next) cost 16 bytes where `usize` keys would cost 32, and a free slot needs no link
+//! of its own (a side `Vec` of free slots); intrusive-collections links nodes with pointers (8 bytes each) into
+//! separately allocated, pinned nodes, one allocation per lock and `unsafe` adapters. At 10⁶
+//! locks the difference is the 100-byte budget (docs/BENCHMARKS.md).
+//!
 //! Design: treap priorities come from a fixed hash of the slot number — deterministic, no
 //! RNG — and only shape the tree, never a decision. Positions in insertion order are `u32`
 //! (a node is 72 bytes with a 24-byte value); when a list has used them all it renumbers
