@@ -14,41 +14,42 @@ use support::Corosync;
 const T: Duration = Duration::from_secs(30);
 const C: &str = "sys/kernel/config/dlm/cluster";
 
+/// Starts the daemon on corosync in its namespace, on the fake kernel under `dir`, with
+/// `env` added. corosync needs a moment and the daemon fails fast if it cannot connect, so
+/// this retries.
+fn start(
+    cs: &Corosync,
+    dir: &std::path::Path,
+    k: &FakeKernel,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Daemon {
+    for _ in 0..50 {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &cs.netns])
+            .arg(env!("CARGO_BIN_EXE_dlm_controld"))
+            .args(["--kernel-root", &dir.display().to_string(), "--foreground"])
+            .args(["-f", "0"])
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dlm_controld");
+        if k.wait_daemon(Duration::from_secs(2)) {
+            return Daemon(child);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("the daemon never came up on corosync");
+}
+
 #[test]
 fn lockspace_on_real_corosync() {
     let cs = Corosync::start("daemon");
     let dir = std::env::temp_dir().join(format!("dlm-daemon-cs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
-    // corosync needs a moment; the daemon fails fast if it cannot connect, so retry
-    let mut d = None;
-    for _ in 0..50 {
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &cs.netns,
-                env!("CARGO_BIN_EXE_dlm_controld"),
-            ])
-            .args([
-                "--kernel-root",
-                &dir.display().to_string(),
-                "--foreground",
-                "-f",
-                "0",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlm_controld");
-        if k.wait_daemon(Duration::from_secs(2)) {
-            d = Some(Daemon(child));
-            break;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let mut d = d.expect("the daemon came up on corosync");
+    let mut d = start(&cs, &dir, &k, &[]);
     let r = k.records();
     assert_eq!(
         writes(&r, &format!("{C}/cluster_name")),
@@ -132,27 +133,15 @@ fn pushed_back_requests_wait_in_the_send_queue() {
     let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
     let hold = dir.join("hold");
     let k = FakeKernel::start(&dir).expect("fake kernel");
-    let mut d = None;
-    for _ in 0..50 {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &cs.netns])
-            .arg(env!("CARGO_BIN_EXE_dlm_controld"))
-            .args(["--kernel-root", &dir.display().to_string(), "--foreground"])
-            .args(["-f", "0"])
-            .env("LD_PRELOAD", &shim)
-            .env("DLM_PUSHBACK_FILE", &hold)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlm_controld");
-        if k.wait_daemon(Duration::from_secs(2)) {
-            d = Some(Daemon(child));
-            break;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let d = d.expect("the daemon came up on corosync");
+    let d = start(
+        &cs,
+        &dir,
+        &k,
+        &[
+            ("LD_PRELOAD", shim.as_os_str()),
+            ("DLM_PUSHBACK_FILE", hold.as_os_str()),
+        ],
+    );
     assert!(k.announce("foo").expect("announce"));
     assert!(k.wait_joined("foo", T), "join never completed");
     let fsid = dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"));
