@@ -104,13 +104,9 @@ fn lockspace_on_real_corosync() {
             .contains(&Record::Rmdir(format!("{C}/spaces/foo")))
     );
 
-    // SAFETY: signalling the child we started.
-    unsafe { libc::kill(i32::try_from(d.0.id()).expect("pid"), libc::SIGTERM) };
-    let status = (0..100)
-        .find_map(|_| {
-            std::thread::sleep(Duration::from_millis(100));
-            d.0.try_wait().expect("wait")
-        })
+    d.terminate();
+    let status = d
+        .wait_exit(Duration::from_secs(10))
         .expect("the daemon did not exit on SIGTERM");
     assert!(status.success());
     drop(k);

@@ -132,8 +132,7 @@ fn join_and_leave_a_lockspace_with_cs_bytes() {
     assert!(String::from_utf8_lossy(&second.stderr).contains("another dlm_controld is running"));
 
     // SIGTERM is ignored while a lockspace exists
-    // SAFETY: signalling the child we started.
-    unsafe { libc::kill(i32::try_from(d.0.id()).expect("pid"), libc::SIGTERM) };
+    d.terminate();
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         d.0.try_wait().expect("wait").is_none(),
@@ -159,11 +158,8 @@ fn join_and_leave_a_lockspace_with_cs_bytes() {
     );
     assert!(r.contains(&Record::Rmdir(format!("{C}/spaces/foo/nodes/1"))));
     assert!(r.contains(&Record::Rmdir(format!("{C}/spaces/foo"))));
-    let status = (0..100)
-        .find_map(|_| {
-            std::thread::sleep(Duration::from_millis(100));
-            d.0.try_wait().expect("wait")
-        })
+    let status = d
+        .wait_exit(Duration::from_secs(10))
         .expect("the daemon did not exit after its last lockspace");
     assert!(status.success());
     drop(k);

@@ -9,6 +9,32 @@ pub use fake_kernel::{FakeKernel, Record, configfs_members, control_writes, writ
 #[derive(Debug)]
 pub struct Daemon(pub std::process::Child);
 
+impl Daemon {
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+
+    /// Its exit status once it has exited, polling every 100 ms for up to `limit`.
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let t = std::time::Instant::now();
+        loop {
+            if let Ok(Some(st)) = self.0.try_wait() {
+                return Some(st);
+            }
+            if t.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
