@@ -474,6 +474,13 @@ impl Lockspace {
         r
     }
 
+    /// An existing resource, promoted (to add entries to it).
+    pub(crate) fn find_promoted(&mut self, number: u64) -> Option<u32> {
+        let r = self.find(number)?;
+        self.promote(r);
+        Some(r)
+    }
+
     /// `find_resource(create=1)`, promoted.
     pub(crate) fn find_or_create(&mut self, number: u64) -> u32 {
         match self.find(number) {
@@ -1301,6 +1308,40 @@ mod tests {
             assert_eq!(plain.digest(), pushed.digest(), "step {step}");
         }
         assert!(plain.waiter_count() > 0 || !out_a.is_empty());
+    }
+
+    /// A continuation (RD_CONTINUE) for a resource whose first message carried one lock
+    /// (C's own streams fill the first message, a fuzzer's need not): the lock already held
+    /// inline and the new entries end up in one list, in message order. Found by the
+    /// `lscore` fuzz target.
+    #[test]
+    fn continuation_after_a_one_lock_message() {
+        use dlm_proto::wire::{PlockData, RD_CONTINUE, ResourceData};
+        let entry = |start: u64, nodeid: u32, waiter: bool| PlockData {
+            start,
+            end: start + 1,
+            owner: u64::from(nodeid),
+            pid: 9,
+            nodeid,
+            ex: true,
+            waiter,
+        };
+        let mut ls = Lockspace::new(4, 7);
+        let rd = |flags| ResourceData {
+            number: 5,
+            owner: 0,
+            flags,
+        };
+        ls.restore(0, rd(0), [entry(0, 1, false)]).expect("first");
+        ls.restore(0, rd(RD_CONTINUE), [entry(10, 2, false), entry(0, 3, true)])
+            .expect("continuation");
+        assert_eq!(
+            ls.dump_text(),
+            "5 WR 0-1 nodeid 1 pid 9 owner 1 rown 0\n\
+             5 WR 10-11 nodeid 2 pid 9 owner 2 rown 0\n\
+             5 WR 0-1 nodeid 3 pid 9 owner 3 rown 0 WAITING\n"
+        );
+        assert_eq!((ls.lock_count(), ls.waiter_count()), (2, 1));
     }
 
     /// The forms stay as small as the memory target needs.

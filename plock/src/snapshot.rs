@@ -180,7 +180,7 @@ impl Lockspace {
             }
         }
         let r = if resource.flags & RD_CONTINUE != 0 {
-            self.find(resource.number)
+            self.find_promoted(resource.number)
                 .ok_or(RestoreError::UnknownContinuation(resource.number))?
         } else {
             if self.find(resource.number).is_some() {

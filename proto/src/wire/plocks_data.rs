@@ -145,12 +145,22 @@ impl PlockData {
 }
 
 /// A decoded PLOCKS_DATA body. Entries were all validated by [`PlocksData::decode`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Equality is by meaning: the resource and the entries, not the entries' padding bytes
+/// (C sends zeros there; they carry no meaning).
+#[derive(Debug, Clone)]
 pub struct PlocksData<'a> {
     /// The resource.
     pub resource: ResourceData,
     entries: &'a [RawPlockData],
 }
+
+impl PartialEq for PlocksData<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.resource == other.resource && self.entries().eq(other.entries())
+    }
+}
+
+impl Eq for PlocksData<'_> {}
 
 impl<'a> PlocksData<'a> {
     /// Decodes the payload after the header: `lock_count` must match the length exactly.
