@@ -5,3 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cargo test --workspace --locked
+# the fuzz harnesses replay their seeds (fuzz/seeds; an ordinary test, no libFuzzer)
+cargo test --manifest-path fuzz/Cargo.toml --locked
