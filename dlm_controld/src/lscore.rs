@@ -240,15 +240,24 @@ impl LsCore {
                 members,
                 left,
                 joined,
-            } => self.mem.handle_confchg(
-                &env,
-                &members.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-                &left
-                    .iter()
-                    .map(|m| (m.nodeid, m.reason.to_raw()))
-                    .collect::<Vec<_>>(),
-                &joined.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-            ),
+            } => {
+                let ids = |l: &[dlm_cpg::Member]| l.iter().map(|m| m.nodeid).collect::<Vec<_>>();
+                crate::log::log_config(
+                    &format!("dlm:ls:{}", self.name.to_str_lossy()),
+                    &ids(&members),
+                    &ids(&joined),
+                    &ids(&left),
+                );
+                self.mem.handle_confchg(
+                    &env,
+                    &ids(&members),
+                    &left
+                        .iter()
+                        .map(|m| (m.nodeid, m.reason.to_raw()))
+                        .collect::<Vec<_>>(),
+                    &ids(&joined),
+                )
+            }
             Event::Deliver {
                 nodeid, payload, ..
             } => {

@@ -216,6 +216,7 @@ impl Membership {
 
     /// We asked to leave (`dlm_leave_lockspace`); the leave completes at our confchg.
     pub fn leave(&mut self) {
+        tracing::debug!("leave_lockspace");
         self.leaving = true;
     }
 
@@ -328,6 +329,7 @@ impl Membership {
         let mut fx = Vec::new();
         if self.leaving && left.iter().any(|(n, _)| *n == self.our) {
             // our own leave: the final callback
+            tracing::debug!("confchg for our leave");
             if !self.kernel_stopped {
                 fx.push(Effect::StopKernel);
                 self.kernel_stopped = true;

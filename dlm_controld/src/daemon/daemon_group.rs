@@ -124,16 +124,12 @@ impl DaemonGroup {
                     st.joined_count = joined.len();
                     st.remove_count = left.len();
                 }
-                tracing::debug!(
-                    "dlm:controld conf {} {} {}",
-                    members.len(),
-                    joined.len(),
-                    left.len()
-                );
                 let members: Vec<u32> = members.iter().map(|m| m.nodeid).collect();
                 let left: Vec<(u32, u32)> =
                     left.iter().map(|m| (m.nodeid, m.reason.to_raw())).collect();
                 let joined: Vec<u32> = joined.iter().map(|m| m.nodeid).collect();
+                let gone: Vec<u32> = left.iter().map(|l| l.0).collect();
+                crate::log::log_config("dlm:controld", &members, &joined, &gone);
                 let po = self.proto.handle_confchg(env.now, &members, &left, &joined);
                 let failed = self.proto_out(po, services);
                 self.fencing

@@ -748,10 +748,18 @@ fn handle_uevent(
     };
     let Ok(ev) = Uevent::parse(bytes) else { return };
     let name = ev.lockspace.to_str_lossy().into_owned();
+    let act = match ev.action {
+        UeventAction::Online => "online@",
+        UeventAction::Offline => "offline@",
+    };
+    // process_uevent's lines
+    tracing::debug!(action = act, ls = name.as_str(), "kernel: {act} {name}");
     match ev.action {
         UeventAction::Online => {
             if lockspaces.contains_key(&name) {
-                return; // -EEXIST: already known, no event_done
+                // -EEXIST: already known, no event_done
+                tracing::error!("process_uevent {act} error -{EEXIST} errno 0");
+                return;
             }
             let conf = config
                 .file
@@ -771,11 +779,12 @@ fn handle_uevent(
                 span,
             ));
         }
-        UeventAction::Offline => {
-            if let Some(tx) = lockspaces.get(&name) {
+        UeventAction::Offline => match lockspaces.get(&name) {
+            Some(tx) => {
                 let _ = tx.send(LsCommand::Leave);
             }
-        }
+            None => tracing::error!("process_uevent {act} error -{ENOENT} errno 0"),
+        },
     }
 }
 
@@ -799,6 +808,7 @@ async fn readable(
 }
 
 const EEXIST: i32 = 17;
+const ENOENT: i32 = 2;
 
 /// One record from the plock device (`process_plocks`): to its lockspace's task, or an
 /// early error reply. Malformed records are dropped (the kernel never sends them).

@@ -239,6 +239,35 @@ pub fn emit(line: &Line) {
     }
 }
 
+/// `log_config`: a group's membership change, `<group> conf <m> <j> <l> memb ... join ...
+/// left ...`, each id list cut where C's buffer (128, 32, 32 bytes) ends.
+pub fn log_config(group: &str, members: &[u32], joined: &[u32], left: &[u32]) {
+    fn ids(list: &[u32], cap: usize) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        for n in list {
+            let before = out.len();
+            let _ = write!(out, " {n}");
+            // snprintf's room is cap - pos including the NUL
+            if out.len() >= cap {
+                out.truncate(before);
+                break;
+            }
+        }
+        out
+    }
+    tracing::debug!(
+        group,
+        "{group} conf {} {} {} memb{} join{} left{}",
+        members.len(),
+        joined.len(),
+        left.len(),
+        ids(members, 128),
+        ids(joined, 32),
+        ids(left, 32)
+    );
+}
+
 /// A plock request's `read plock` / `receive plock` line: a record in the plock ring,
 /// formatted only when dumped (or at once when debugging to stderr or the log file).
 pub fn plock_op(ls: &std::sync::Arc<str>, line: PlockLine, info: &dlm_proto::kernel::PlockInfo) {
@@ -381,6 +410,29 @@ mod tests {
         assert!(
             format_line(1, Some(&name), format_args!("m"))
                 .starts_with(&format!("1 {} m", "n".repeat(32)))
+        );
+    }
+
+    #[test]
+    fn conf_line_as_c() {
+        install();
+        let lines = capture(|| {
+            log_config("dlm:ls:foo", &[1, 2, 3], &[3], &[]);
+            let many: Vec<u32> = (1000..1020).collect();
+            log_config("dlm:controld", &many, &many, &[7]);
+        });
+        assert_eq!(
+            lines[0].fields.message,
+            "dlm:ls:foo conf 3 1 0 memb 1 2 3 join 3 left"
+        );
+        // " 1000" is 5 bytes: six fit in C's 32-byte buffer with its NUL
+        assert_eq!(
+            lines[1].fields.message,
+            format!(
+                "dlm:controld conf 20 20 1 memb{} join{} left 7",
+                (1000..1020).map(|n| format!(" {n}")).collect::<String>(),
+                (1000..1006).map(|n| format!(" {n}")).collect::<String>()
+            )
         );
     }
 
