@@ -7,3 +7,6 @@ bash scripts/deps.sh
 cargo test --workspace --locked
 # the fuzz harnesses replay their seeds (fuzz/seeds; an ordinary test, no libFuzzer)
 cargo test --manifest-path fuzz/Cargo.toml --locked
+# the real kernel: Debian 12's kernel in qemu, our daemon under gfs2 (tests/vm/README.md)
+bash tests/vm/build-image.sh
+PROFILE=dev bash tests/vm/run-one.sh

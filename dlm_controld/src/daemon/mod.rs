@@ -753,7 +753,12 @@ fn handle_uevent(
         UeventAction::Offline => "offline@",
     };
     // process_uevent's lines
-    tracing::debug!(action = act, ls = name.as_str(), "kernel: {act} {name}");
+    tracing::debug!(
+        target: crate::log::PLAIN_TARGET,
+        action = act,
+        ls = name.as_str(),
+        "kernel: {act} {name}"
+    );
     match ev.action {
         UeventAction::Online => {
             if lockspaces.contains_key(&name) {

@@ -17,6 +17,10 @@ use tracing_subscriber::registry::LookupSpan;
 /// Target of plock-only lines (`log_plock`: the plock ring, nothing else).
 pub const PLOCK_TARGET: &str = "dlm_controld::plock";
 
+/// Target of lines C writes with `log_debug`/`log_error` (no lockspace name in the text)
+/// from code that runs for a lockspace: the name stays a field (JSON) but is not printed.
+pub const PLAIN_TARGET: &str = "dlm_controld::daemon";
+
 /// One field's value, kept typed for JSON.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -98,6 +102,8 @@ pub struct Line {
     pub level: super::Level,
     /// The lockspace it belongs to (the event's or an enclosing span's `ls` field).
     pub ls: Option<String>,
+    /// C's text names the lockspace (`log_group`), not a [`PLAIN_TARGET`] line.
+    pub prefix: bool,
     /// C's plock-only line.
     pub plock_only: bool,
     /// Where it comes from (`dlm_controld::daemon::lockspace`, ...).
@@ -186,6 +192,7 @@ where
             .map(ls_of);
         super::emit(&Line {
             level: level_of(*meta.level()),
+            prefix: meta.target() != PLAIN_TARGET,
             ls,
             plock_only: meta.target() == PLOCK_TARGET,
             target: meta.target(),
@@ -215,9 +222,13 @@ mod tests {
                 tracing::debug!(nodeid = 3u32, cg = 7u32, "add_change cg 7 joined nodeid 3");
                 tracing::error!(ls = "other", errno = -5i64, "an error");
                 tracing::debug!(target: PLOCK_TARGET, "plock only");
+                tracing::debug!(target: PLAIN_TARGET, "kernel: online@ layer1");
             });
         });
-        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        // a C log_debug line keeps the name as a field, not in the text
+        assert!(lines[0].prefix && !lines[3].prefix);
+        assert_eq!(lines[3].ls.as_deref(), Some("layer1"));
         let a = &lines[0];
         assert_eq!(a.ls.as_deref(), Some("layer1"));
         assert_eq!(a.fields.message, "add_change cg 7 joined nodeid 3");

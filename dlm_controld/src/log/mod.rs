@@ -11,7 +11,7 @@ pub mod layer;
 mod plock_ring;
 mod ring;
 
-pub use layer::{CLayer, Line, PLOCK_TARGET};
+pub use layer::{CLayer, Line, PLAIN_TARGET, PLOCK_TARGET};
 pub use plock_ring::{PlockLine, PlockRing};
 pub use ring::{RING_SIZE, Ring};
 
@@ -202,7 +202,7 @@ pub fn emit(line: &Line) {
     let now = crate::clock::monotonic_secs();
     let text = format_line(
         now,
-        line.ls.as_deref(),
+        line.ls.as_deref().filter(|_| line.prefix),
         format_args!("{}", line.fields.message),
     );
     let Ok(mut l) = logger().lock() else {
@@ -257,6 +257,7 @@ pub fn log_config(group: &str, members: &[u32], joined: &[u32], left: &[u32]) {
         out
     }
     tracing::debug!(
+        target: PLAIN_TARGET,
         group,
         "{group} conf {} {} {} memb{} join{} left{}",
         members.len(),
@@ -302,6 +303,7 @@ pub fn plock_op(ls: &std::sync::Arc<str>, line: PlockLine, info: &dlm_proto::ker
         };
         let l = Line {
             level: Level::Debug,
+            prefix: true,
             ls: Some(ls.to_string()),
             plock_only: true,
             target: PLOCK_TARGET,

@@ -1,0 +1,116 @@
+"""POSIX locks on gfs2 through the kernel's DLM and the daemon (run inside the VM).
+
+`plocks.py DIR` checks the semantics between processes (conflict, F_GETLK's holder,
+blocking until the holder unlocks, disjoint and shared ranges), measures lock+unlock
+pairs per second, then leaves a child holding locks for the dump and exits. `plocks.py DIR
+release` ends that child.
+"""
+import fcntl
+import os
+import signal
+import struct
+import sys
+import time
+
+d = sys.argv[1]
+path = os.path.join(d, "f")
+HOLDER_PID = "/run/plock-holder.pid"
+
+if len(sys.argv) > 2 and sys.argv[2] == "release":
+    try:
+        os.kill(int(open(HOLDER_PID).read()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+    time.sleep(1)
+    sys.exit(0)
+
+ok = True
+
+
+def check(name, cond, detail=""):
+    global ok
+    ok = ok and cond
+    print(("PASS " if cond else "FAIL ") + name + (" " + str(detail) if detail else ""), flush=True)
+
+
+def getlk(fd, start, length, typ=fcntl.F_WRLCK):
+    # struct flock on x86_64: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
+    arg = struct.pack("hhqqi4x", typ, 0, start, length, 0)
+    res = fcntl.fcntl(fd, fcntl.F_GETLK, arg)
+    t, _, s, l, pid = struct.unpack("hhqqi4x", res)
+    return t, s, l, pid
+
+
+open(path, "w").close()
+r, w = os.pipe()
+holder = os.fork()
+if holder == 0:
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+    fd = os.open(path, os.O_RDWR)
+    fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+    fcntl.lockf(fd, fcntl.LOCK_SH, 10, 40)
+    os.write(w, b"x")
+    signal.sigwait([signal.SIGUSR1])
+    fcntl.lockf(fd, fcntl.LOCK_UN, 10, 0)
+    os.write(w, b"u")
+    time.sleep(60)
+    os._exit(0)
+
+os.read(r, 1)
+fd = os.open(path, os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 0)
+    check("conflicting F_SETLK fails", False)
+except OSError as e:
+    check("conflicting F_SETLK fails with EAGAIN/EACCES", e.errno in (11, 13), e.errno)
+t, s, l, pid = getlk(fd, 0, 10)
+check("F_GETLK reports the holder", t == fcntl.F_WRLCK and pid == holder and (s, l) == (0, 10), (t, s, l, pid, holder))
+t, *_ = getlk(fd, 100, 10)
+check("F_GETLK on a free range says F_UNLCK", t == fcntl.F_UNLCK, t)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 20)
+check("a disjoint range is granted", True)
+fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 10, 40)
+check("read locks share", True)
+t0 = time.monotonic()
+os.kill(holder, signal.SIGUSR1)
+fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)  # F_SETLKW: waits for the holder's unlock
+waited = time.monotonic() - t0
+os.read(r, 1)
+check("F_SETLKW granted after the holder unlocked", True, "%.3f s" % waited)
+fcntl.lockf(fd, fcntl.LOCK_UN, 0, 0)
+os.kill(holder, signal.SIGKILL)
+os.waitpid(holder, 0)
+
+# lock+unlock pairs on one file for 5 s
+pfd = os.open(os.path.join(d, "bench"), os.O_RDWR | os.O_CREAT)
+n = 0
+t0 = time.monotonic()
+while time.monotonic() - t0 < 5:
+    fcntl.lockf(pfd, fcntl.LOCK_EX, 1, 0)
+    fcntl.lockf(pfd, fcntl.LOCK_UN, 1, 0)
+    n += 1
+el = time.monotonic() - t0
+print("pairs_per_s %.1f" % (n / el), flush=True)
+
+# a child holds 300 locks (every other byte of one file) and 50 files' locks for the dump
+hold = os.fork()
+if hold == 0:
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    hf = os.open(os.path.join(d, "held"), os.O_RDWR | os.O_CREAT)
+    for i in range(300):
+        fcntl.lockf(hf, fcntl.LOCK_EX, 1, 2 * i)
+    fds = []
+    for i in range(50):
+        f = os.open(os.path.join(d, "h%d" % i), os.O_RDWR | os.O_CREAT)
+        fcntl.lockf(f, fcntl.LOCK_SH, 0, 0)
+        fds.append(f)
+    open(HOLDER_PID, "w").write(str(os.getpid()))
+    signal.sigwait([signal.SIGTERM])
+    os._exit(0)
+for _ in range(600):
+    if os.path.exists(HOLDER_PID):
+        break
+    time.sleep(0.1)
+check("holder took 350 locks", os.path.exists(HOLDER_PID))
+print("RESULT", "ok" if ok else "failed", flush=True)
+sys.exit(0 if ok else 1)

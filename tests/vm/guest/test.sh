@@ -1,0 +1,56 @@
+#!/bin/sh
+# Inside the VM (vmtest.service): corosync on one node, the daemon named in
+# /host/conf/daemon ("rust": ours installed over Debian's, with our unit; "c": Debian's
+# 4.2.0), gfs2 on /dev/vdb, then plocks.py through the real kernel's DLM. Results in
+# /host/out; the VM powers off at the end.
+OUT=/host/out
+mkdir -p $OUT
+exec >$OUT/test.log 2>&1
+set -x
+DAEMON=$(cat /host/conf/daemon)
+ms() { cat /proc/uptime | awk '{printf "%d", $1 * 1000}'; }
+uname -r
+modprobe configfs
+modprobe dlm
+modprobe gfs2
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+cp /host/conf/corosync.conf /etc/corosync/corosync.conf
+mkdir -p /etc/dlm
+cp /host/conf/dlm.conf /etc/dlm/dlm.conf
+if [ "$DAEMON" = rust ]; then
+    install -m 755 /host/bin/dlm_controld /usr/sbin/dlm_controld
+    cp /host/conf/dlm.service /etc/systemd/system/dlm.service
+    systemctl daemon-reload
+fi
+/usr/sbin/dlm_controld --version
+t0=$(ms)
+systemctl start corosync
+t1=$(ms)
+systemctl start dlm
+t2=$(ms)
+echo "corosync_start_ms $((t1 - t0)) dlm_start_ms $((t2 - t1))" >$OUT/times.txt
+systemctl status dlm --no-pager | head -5
+dlm_tool status
+mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 1 /dev/vdb
+t3=$(ms)
+mount -t gfs2 /dev/vdb /mnt
+t4=$(ms)
+echo "mount_ms $((t4 - t3))" >>$OUT/times.txt
+dlm_tool ls
+python3 /host/guest/plocks.py /mnt >$OUT/plocks.txt 2>&1
+echo "plocks.py exit $?" >>$OUT/plocks.txt
+dlm_tool plocks gfs0 >$OUT/dump.txt
+dlm_tool ls >$OUT/ls.txt
+ps -o rss= -p "$(systemctl show -p MainPID --value dlm)" >$OUT/rss_kb.txt
+python3 /host/guest/plocks.py /mnt release
+t5=$(ms)
+umount /mnt
+t6=$(ms)
+echo "umount_ms $((t6 - t5))" >>$OUT/times.txt
+dlm_tool dump >$OUT/daemon_dump.txt
+systemctl stop dlm
+systemctl stop corosync
+journalctl -u dlm --no-pager >$OUT/journal_dlm.txt
+echo done >$OUT/done
+sync
+systemctl poweroff -ff
