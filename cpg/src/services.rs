@@ -349,7 +349,23 @@ impl Cmap {
         Ok(Self { handle })
     }
 
-    /// A u32 key (`nodelist.node.N.nodeid`, `quorum.two_node`); `None` if absent.
+    /// A u8 key (`quorum.two_node`, `quorum.wait_for_all`: corosync stores the quorum
+    /// switches as u8, and refuses to read them as another type with
+    /// CS_ERR_INVALID_PARAM); `None` if absent.
+    pub fn get_u8(&self, key: &str) -> Result<Option<u8>, CpgError> {
+        let Ok(k) = CString::new(key) else {
+            return Ok(None);
+        };
+        let mut v = 0u8;
+        // SAFETY: live handle, NUL-terminated key, valid out-pointer.
+        match unsafe { sys::cmap_get_uint8(self.handle, k.as_ptr(), &raw mut v) } {
+            sys::CS_OK => Ok(Some(v)),
+            12 => Ok(None), // CS_ERR_NOT_EXIST
+            code => check("cmap_get_uint8", code).map(|()| None),
+        }
+    }
+
+    /// A u32 key (`nodelist.node.N.nodeid`); `None` if absent.
     pub fn get_u32(&self, key: &str) -> Result<Option<u32>, CpgError> {
         let Ok(k) = CString::new(key) else {
             return Ok(None);

@@ -191,6 +191,7 @@ pub type cmap_handle_t = u64;
 unsafe extern "C" {
     pub fn cmap_initialize(handle: *mut cmap_handle_t) -> cs_error_t;
     pub fn cmap_finalize(handle: cmap_handle_t) -> cs_error_t;
+    pub fn cmap_get_uint8(handle: cmap_handle_t, key: *const c_char, value: *mut u8) -> cs_error_t;
     pub fn cmap_get_uint32(
         handle: cmap_handle_t,
         key: *const c_char,

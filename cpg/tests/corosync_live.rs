@@ -133,6 +133,11 @@ fn one_node_group_services_and_failure() {
         assert_eq!(cmap.get_u32("nodelist.node.0.nodeid").expect("get"), Some(1));
         assert_eq!(cmap.get_u32("no.such.key").expect("get"), None);
         assert_eq!(cmap.nodelist().expect("nodelist"), vec![1]);
+        // the quorum switches are u8 (quorum.two_node is one: reading it as u32 killed the
+        // daemon on a two-node cluster until a real-kernel run showed it)
+        assert_eq!(cmap.get_u8("quorum.wait_for_all").expect("get"), Some(0));
+        assert_eq!(cmap.get_u8("no.such.key").expect("get"), None);
+        assert!(cmap.get_u32("quorum.wait_for_all").is_err());
         // dispatch refuses a thread whose stack libcpg's 1 MiB frame would overflow
         let small = std::thread::Builder::new()
             .stack_size(256 << 10)

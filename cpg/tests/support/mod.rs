@@ -45,7 +45,7 @@ impl Corosync {
             "totem {{\n version: 2\n cluster_name: dlmtest\n transport: knet\n token: 1000\n \
              crypto_cipher: none\n crypto_hash: none\n}}\n\
              nodelist {{\n node {{\n  ring0_addr: 127.0.0.1\n  nodeid: 1\n  name: node1\n }}\n}}\n\
-             quorum {{\n provider: corosync_votequorum\n}}\n\
+             quorum {{\n provider: corosync_votequorum\n wait_for_all: 0\n}}\n\
              logging {{\n to_logfile: yes\n logfile: {log}\n to_syslog: no\n to_stderr: no\n timestamp: on\n}}\n\
              system {{\n state_dir: {state}\n move_to_root_cgroup: no\n}}\n",
             log = dir.join("corosync.log").display(),

@@ -167,8 +167,22 @@ impl CorosyncServices {
         let nodeid = cfg.local_nodeid()?;
         let cmap = Cmap::new()?;
         let cluster_name = cmap.get_string("totem.cluster_name")?.unwrap_or_default();
-        let nodelist = cmap.nodelist()?;
-        let two_node = cmap.get_u32("quorum.two_node")?.unwrap_or(0) != 0 && nodelist.len() == 2;
+        // setup_node_config: the node list and two_node are hints (startup fencing, the
+        // two_node merge rule); as C, a key that cannot be read ends or skips them
+        let nodelist = match cmap.nodelist() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("corosync nodelist: {e}");
+                Vec::new()
+            }
+        };
+        let two_node = match cmap.get_u8("quorum.two_node") {
+            Ok(v) => v.unwrap_or(0) != 0 && nodelist.len() == 2,
+            Err(e) => {
+                tracing::error!("corosync quorum.two_node: {e}");
+                false
+            }
+        };
         let quorum = Quorum::new()?;
         Ok(Self {
             cfg,

@@ -3,6 +3,8 @@
 # /host/conf/daemon ("rust": ours installed over Debian's, with our unit; "c": Debian's
 # 4.2.0), gfs2 on /dev/vdb, then plocks.py through the real kernel's DLM. Results in
 # /host/out; the VM powers off at the end.
+# two-node runs (run-two.sh) name the node on the kernel command line
+grep -q 'dlmnode=' /proc/cmdline && exec /bin/sh /host/guest/test2.sh
 OUT=/host/out
 mkdir -p $OUT
 exec >$OUT/test.log 2>&1

@@ -1,0 +1,110 @@
+"""POSIX locks across two nodes on one gfs2 (run inside each VM: plocks2.py N DIR SYNC).
+
+Node 1 takes a write lock; node 2 must see the conflict (EAGAIN), F_GETLK must name node 1's
+holder, node 2's F_SETLKW must wait until node 1 unlocks and then be granted; then the
+other way round. Each node then leaves a child holding 100 locks, so both daemons' dumps
+can be compared. `plocks2.py N DIR SYNC release` ends that child.
+"""
+import fcntl
+import os
+import signal
+import struct
+import sys
+import time
+
+n, d, sync = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+other = 3 - n
+path = os.path.join(d, "shared")
+HOLDER_PID = "/run/plock-holder.pid"
+ok = True
+
+if len(sys.argv) > 4 and sys.argv[4] == "release":
+    try:
+        os.kill(int(open(HOLDER_PID).read()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+    time.sleep(1)
+    sys.exit(0)
+
+
+def check(name, cond, detail=""):
+    global ok
+    ok = ok and cond
+    print(("PASS " if cond else "FAIL ") + name + (" " + str(detail) if detail else ""), flush=True)
+
+
+def mark(name, text=""):
+    with open(os.path.join(sync, "%s.%d" % (name, n)), "w") as f:
+        f.write(text)
+
+
+def wait(name, node, limit=300):
+    p = os.path.join(sync, "%s.%d" % (name, node))
+    t = time.monotonic()
+    while not os.path.exists(p):
+        if time.monotonic() - t > limit:
+            check("waited for %s.%d" % (name, node), False)
+            sys.exit(1)
+        time.sleep(0.1)
+    return open(p).read()
+
+
+def getlk(fd, start, length):
+    arg = struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, start, length, 0)
+    t, _, s, l, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_GETLK, arg))
+    return t, s, l, pid
+
+
+def holder_then_waiter(first):
+    """`first` takes 0-9 and unlocks once the other waits; the other checks and waits."""
+    tag = "r%d" % first
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    if n == first:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+        mark(tag + "locked", str(os.getpid()))
+        wait(tag + "waiting", other)
+        time.sleep(1.0)
+        fcntl.lockf(fd, fcntl.LOCK_UN, 10, 0)
+        mark(tag + "unlocked")
+        wait(tag + "granted", other)
+    else:
+        holder = int(wait(tag + "locked", first))
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 0)
+            check("node %d: F_SETLK against node %d's lock fails" % (n, first), False)
+        except OSError as e:
+            check("node %d: F_SETLK against node %d's lock fails with EAGAIN/EACCES" % (n, first), e.errno in (11, 13), e.errno)
+        t, s, l, pid = getlk(fd, 0, 10)
+        check("node %d: F_GETLK names node %d's holder" % (n, first), t == fcntl.F_WRLCK and (s, l) == (0, 10) and abs(pid) == holder, (t, s, l, pid, holder))
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 100)
+        check("node %d: a disjoint range is granted" % n, True)
+        mark(tag + "waiting")
+        t0 = time.monotonic()
+        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)  # F_SETLKW
+        waited = time.monotonic() - t0
+        unlocked = os.path.exists(os.path.join(sync, "%sunlocked.%d" % (tag, first)))
+        check("node %d: F_SETLKW granted once node %d unlocked" % (n, first), unlocked and waited > 0.5, "%.2f s" % waited)
+        fcntl.lockf(fd, fcntl.LOCK_UN, 0, 0)
+        mark(tag + "granted")
+    os.close(fd)
+
+
+holder_then_waiter(1)
+holder_then_waiter(2)
+
+hold = os.fork()
+if hold == 0:
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    hf = os.open(os.path.join(d, "held%d" % n), os.O_RDWR | os.O_CREAT)
+    for i in range(100):
+        fcntl.lockf(hf, fcntl.LOCK_EX, 1, 2 * i)
+    open(HOLDER_PID, "w").write(str(os.getpid()))
+    signal.sigwait([signal.SIGTERM])
+    os._exit(0)
+for _ in range(600):
+    if os.path.exists(HOLDER_PID):
+        break
+    time.sleep(0.1)
+check("node %d: holder took 100 locks" % n, os.path.exists(HOLDER_PID))
+print("RESULT", "ok" if ok else "failed", flush=True)
+sys.exit(0 if ok else 1)

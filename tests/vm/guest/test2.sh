@@ -1,0 +1,70 @@
+#!/bin/sh
+# Inside one of two VMs (node N from the kernel command line, dlmnode=N): corosync on two
+# nodes over the VMs' socket network, the daemon named in /host/conf/daemonN ("rust" or
+# "c"), gfs2 on the shared disk /dev/vdb mounted on both, then plocks2.py across the nodes.
+# The VMs meet at file barriers in /host/sync (one 9p share for both).
+N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
+OUT=/host/out/node$N
+SYNC=/host/sync
+mkdir -p $OUT
+exec >$OUT/test.log 2>&1
+set -x
+DAEMON=$(cat /host/conf/daemon$N)
+barrier() {
+    touch $SYNC/$1.$N
+    i=0
+    while [ ! -f $SYNC/$1.1 ] || [ ! -f $SYNC/$1.2 ]; do
+        sleep 0.2
+        i=$((i + 1))
+        [ $i -gt 3000 ] && { echo "barrier $1 timed out"; break; }
+    done
+}
+modprobe configfs
+modprobe dlm
+modprobe gfs2
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
+ip addr add 10.9.0.$N/24 dev "$IF"
+ip link set "$IF" up
+cp /host/conf/corosync2.conf /etc/corosync/corosync.conf
+mkdir -p /etc/dlm
+cp /host/conf/dlm.conf /etc/dlm/dlm.conf
+if [ "$DAEMON" = rust ]; then
+    install -m 755 /host/bin/dlm_controld /usr/sbin/dlm_controld
+    cp /host/conf/dlm.service /etc/systemd/system/dlm.service
+    systemctl daemon-reload
+fi
+/usr/sbin/dlm_controld --version
+systemctl start corosync
+i=0
+until corosync-quorumtool -s | grep -q 'Quorate: *Yes'; do
+    sleep 0.5
+    i=$((i + 1))
+    [ $i -gt 240 ] && break
+done
+corosync-quorumtool -s
+systemctl start dlm || journalctl -u dlm --no-pager | tail -40
+barrier up
+dlm_tool status
+if [ "$N" = 1 ]; then
+    mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 2 /dev/vdb
+fi
+barrier mkfs
+mount -t gfs2 /dev/vdb /mnt
+barrier mounted
+dlm_tool ls
+python3 /host/guest/plocks2.py "$N" /mnt $SYNC >$OUT/plocks.txt 2>&1
+echo "plocks2.py exit $?" >>$OUT/plocks.txt
+barrier held
+dlm_tool plocks gfs0 >$OUT/dump.txt
+dlm_tool ls >$OUT/ls.txt
+barrier dumped
+python3 /host/guest/plocks2.py "$N" /mnt $SYNC release
+umount /mnt
+barrier unmounted
+dlm_tool dump >$OUT/daemon_dump.txt
+systemctl stop dlm
+systemctl stop corosync
+echo done >$OUT/done
+sync
+systemctl poweroff -ff
