@@ -64,8 +64,9 @@ def holder_then_waiter(first):
         mark(tag + "locked", str(os.getpid()))
         wait(tag + "waiting", other)
         time.sleep(1.0)
+        # marked before the unlock: the other node's grant may overtake a mark written after
+        mark(tag + "unlocking")
         fcntl.lockf(fd, fcntl.LOCK_UN, 10, 0)
-        mark(tag + "unlocked")
         wait(tag + "granted", other)
     else:
         holder = int(wait(tag + "locked", first))
@@ -82,8 +83,8 @@ def holder_then_waiter(first):
         t0 = time.monotonic()
         fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)  # F_SETLKW
         waited = time.monotonic() - t0
-        unlocked = os.path.exists(os.path.join(sync, "%sunlocked.%d" % (tag, first)))
-        check("node %d: F_SETLKW granted once node %d unlocked" % (n, first), unlocked and waited > 0.5, "%.2f s" % waited)
+        unlocking = os.path.exists(os.path.join(sync, "%sunlocking.%d" % (tag, first)))
+        check("node %d: F_SETLKW granted once node %d unlocked" % (n, first), unlocking and waited > 0.5, "%.2f s" % waited)
         fcntl.lockf(fd, fcntl.LOCK_UN, 0, 0)
         mark(tag + "granted")
     os.close(fd)
