@@ -2,7 +2,8 @@
 # Two VMs with Debian 12's kernel on one shared gfs2 disk and a socket network on loopback:
 # node 1 runs DAEMON1 (default rust: ours), node 2 DAEMON2 (default c: Debian's 4.2.0), so
 # this is a mixed cluster on real kernels. Runs guest/test2.sh on both; exits 0 only if
-# every cross-node check passed on both and both daemons dumped the same plock table.
+# every cross-node check passed on both, both daemons dumped the same plock table, and after
+# node 2's kernel stopped dead node 1 recovered alone with only its own locks.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -78,7 +79,7 @@ echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out"
 out=$RUN/share/out
 for n in 1 2; do
     echo "=== node $n ($(cat "$RUN/share/conf/daemon$n"))"
-    for f in plocks.txt ls.txt; do
+    for f in plocks.txt ls.txt recovery.txt; do
         [[ -f $out/node$n/$f ]] && { echo "--- $f"; cat "$out/node$n/$f"; }
     done
     [[ -f $out/node$n/dump.txt ]] && echo "--- dump.txt: $(wc -l <"$out/node$n/dump.txt") lines"
@@ -86,6 +87,8 @@ done
 same=no
 cmp -s "$out/node1/dump.txt" "$out/node2/dump.txt" && same=yes
 echo "the two daemons' dumps are byte-identical: $same"
+# then node 2 failed and node 1 recovered without it
 grep -q '^RESULT ok' "$out/node1/plocks.txt" && grep -q '^RESULT ok' "$out/node2/plocks.txt" &&
     [[ $same == yes && $(wc -l <"$out/node1/dump.txt") -eq 200 ]] &&
-    [[ -f $out/node1/done && -f $out/node2/done ]]
+    [[ -f $out/node2/crashed ]] && grep -q '^RESULT ok' "$out/node1/recovery.txt" &&
+    [[ -f $out/node1/done ]]

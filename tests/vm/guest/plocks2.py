@@ -18,6 +18,31 @@ path = os.path.join(d, "shared")
 HOLDER_PID = "/run/plock-holder.pid"
 ok = True
 
+if len(sys.argv) > 4 and sys.argv[4] == "after-crash":
+    import subprocess
+
+    ok = True
+    t0 = time.monotonic()
+    # the lockspace restarts with node 1 alone
+    while time.monotonic() - t0 < 180:
+        ls = subprocess.run(["dlm_tool", "ls"], capture_output=True, text=True).stdout
+        if "members       1 \n" in ls and "new change" not in ls:
+            break
+        time.sleep(0.5)
+    print(ls, flush=True)
+    print("recovered after %.1f s" % (time.monotonic() - t0), flush=True)
+    # node 2's locks went with it: its held range is free for node 1
+    fd = os.open(os.path.join(d, "held2"), os.O_RDWR)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    print("PASS node 1: node 2's lock is gone with node 2", flush=True)
+    dump = subprocess.run(["dlm_tool", "plocks", "gfs0"], capture_output=True, text=True).stdout
+    lines = dump.splitlines()
+    others = [l for l in lines if " nodeid 1 " not in l]
+    print(("PASS" if not others and len(lines) == 101 else "FAIL")
+          + " node 1: the table holds node 1's 101 locks only (%d lines, %d of other nodes)" % (len(lines), len(others)), flush=True)
+    print("RESULT", "ok" if not others and len(lines) == 101 else "failed", flush=True)
+    sys.exit(0)
+
 if len(sys.argv) > 4 and sys.argv[4] == "release":
     try:
         os.kill(int(open(HOLDER_PID).read()), signal.SIGTERM)
