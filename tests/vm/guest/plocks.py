@@ -8,10 +8,11 @@ release` ends that child.
 import fcntl
 import os
 import signal
-import struct
 import sys
 import threading
 import time
+
+from plockutil import all_passed, check, getlk
 
 d = sys.argv[1]
 path = os.path.join(d, "f")
@@ -25,21 +26,10 @@ if len(sys.argv) > 2 and sys.argv[2] == "release":
     time.sleep(1)
     sys.exit(0)
 
-ok = True
 
 
-def check(name, cond, detail=""):
-    global ok
-    ok = ok and cond
-    print(("PASS " if cond else "FAIL ") + name + (" " + str(detail) if detail else ""), flush=True)
 
 
-def getlk(fd, start, length, typ=fcntl.F_WRLCK):
-    # struct flock on x86_64: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
-    arg = struct.pack("hhqqi4x", typ, 0, start, length, 0)
-    res = fcntl.fcntl(fd, fcntl.F_GETLK, arg)
-    t, _, s, l, pid = struct.unpack("hhqqi4x", res)
-    return t, s, l, pid
 
 
 open(path, "w").close()
@@ -122,5 +112,5 @@ for _ in range(600):
         break
     time.sleep(0.1)
 check("holder took 350 locks", os.path.exists(HOLDER_PID))
-print("RESULT", "ok" if ok else "failed", flush=True)
-sys.exit(0 if ok else 1)
+print("RESULT", "ok" if all_passed() else "failed", flush=True)
+sys.exit(0 if all_passed() else 1)

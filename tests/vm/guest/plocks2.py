@@ -8,20 +8,19 @@ can be compared. `plocks2.py N DIR SYNC release` ends that child.
 import fcntl
 import os
 import signal
-import struct
 import sys
 import time
+
+from plockutil import all_passed, check, getlk
 
 n, d, sync = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 other = 3 - n
 path = os.path.join(d, "shared")
 HOLDER_PID = "/run/plock-holder.pid"
-ok = True
 
 if len(sys.argv) > 4 and sys.argv[4] == "after-crash":
     import subprocess
 
-    ok = True
     t0 = time.monotonic()
     # the lockspace restarts with node 1 alone
     while time.monotonic() - t0 < 180:
@@ -30,18 +29,22 @@ if len(sys.argv) > 4 and sys.argv[4] == "after-crash":
             break
         time.sleep(0.5)
     print(ls, flush=True)
-    print("recovered after %.1f s" % (time.monotonic() - t0), flush=True)
+    check("node 1: the lockspace restarted without node 2", "members       1 \n" in ls,
+          "after %.1f s" % (time.monotonic() - t0))
     # node 2's locks went with it: its held range is free for node 1
     fd = os.open(os.path.join(d, "held2"), os.O_RDWR)
-    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-    print("PASS node 1: node 2's lock is gone with node 2", flush=True)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        check("node 1: node 2's lock is gone with node 2", True)
+    except OSError as e:
+        check("node 1: node 2's lock is gone with node 2", False, e)
     dump = subprocess.run(["dlm_tool", "plocks", "gfs0"], capture_output=True, text=True).stdout
     lines = dump.splitlines()
     others = [l for l in lines if " nodeid 1 " not in l]
-    print(("PASS" if not others and len(lines) == 101 else "FAIL")
-          + " node 1: the table holds node 1's 101 locks only (%d lines, %d of other nodes)" % (len(lines), len(others)), flush=True)
-    print("RESULT", "ok" if not others and len(lines) == 101 else "failed", flush=True)
-    sys.exit(0)
+    check("node 1: the table holds node 1's 101 locks only", not others and len(lines) == 101,
+          "(%d lines, %d of other nodes)" % (len(lines), len(others)))
+    print("RESULT", "ok" if all_passed() else "failed", flush=True)
+    sys.exit(0 if all_passed() else 1)
 
 if len(sys.argv) > 4 and sys.argv[4] == "release":
     try:
@@ -52,10 +55,6 @@ if len(sys.argv) > 4 and sys.argv[4] == "release":
     sys.exit(0)
 
 
-def check(name, cond, detail=""):
-    global ok
-    ok = ok and cond
-    print(("PASS " if cond else "FAIL ") + name + (" " + str(detail) if detail else ""), flush=True)
 
 
 def mark(name, text=""):
@@ -74,10 +73,6 @@ def wait(name, node, limit=300):
     return open(p).read()
 
 
-def getlk(fd, start, length):
-    arg = struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, start, length, 0)
-    t, _, s, l, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_GETLK, arg))
-    return t, s, l, pid
 
 
 def holder_then_waiter(first):
@@ -132,5 +127,5 @@ for _ in range(600):
         break
     time.sleep(0.1)
 check("node %d: holder took 100 locks" % n, os.path.exists(HOLDER_PID))
-print("RESULT", "ok" if ok else "failed", flush=True)
-sys.exit(0 if ok else 1)
+print("RESULT", "ok" if all_passed() else "failed", flush=True)
+sys.exit(0 if all_passed() else 1)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Inside the VM (vmtest.service): corosync on one node, the daemon named in
-# /host/conf/daemon ("rust": ours installed over Debian's, with our unit; "c": Debian's
+# /host/conf/daemon1 ("rust": ours installed over Debian's, with our unit; "c": Debian's
 # 4.2.0), gfs2 on /dev/vdb, then plocks.py through the real kernel's DLM. Results in
 # /host/out; the VM powers off at the end.
 # two-node runs (run-two.sh) name the node on the kernel command line
@@ -9,22 +9,10 @@ OUT=/host/out
 mkdir -p $OUT
 exec >$OUT/test.log 2>&1
 set -x
-DAEMON=$(cat /host/conf/daemon)
-ms() { cat /proc/uptime | awk '{printf "%d", $1 * 1000}'; }
+. /host/guest/lib.sh
+ms() { awk '{printf "%d", $1 * 1000}' /proc/uptime; }
 uname -r
-modprobe configfs
-modprobe dlm
-modprobe gfs2
-mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
-cp /host/conf/corosync.conf /etc/corosync/corosync.conf
-mkdir -p /etc/dlm
-cp /host/conf/dlm.conf /etc/dlm/dlm.conf
-if [ "$DAEMON" = rust ]; then
-    install -m 755 /host/bin/dlm_controld /usr/sbin/dlm_controld
-    cp /host/conf/dlm.service /etc/systemd/system/dlm.service
-    systemctl daemon-reload
-fi
-/usr/sbin/dlm_controld --version
+setup_node 1
 t0=$(ms)
 systemctl start corosync
 t1=$(ms)

@@ -9,7 +9,6 @@ SYNC=/host/sync
 mkdir -p $OUT
 exec >$OUT/test.log 2>&1
 set -x
-DAEMON=$(cat /host/conf/daemon$N)
 barrier() {
     touch $SYNC/$1.$N
     i=0
@@ -19,22 +18,11 @@ barrier() {
         [ $i -gt 3000 ] && { echo "barrier $1 timed out"; break; }
     done
 }
-modprobe configfs
-modprobe dlm
-modprobe gfs2
-mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+. /host/guest/lib.sh
+setup_node "$N"
 IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
 ip addr add 10.9.0.$N/24 dev "$IF"
 ip link set "$IF" up
-cp /host/conf/corosync2.conf /etc/corosync/corosync.conf
-mkdir -p /etc/dlm
-cp /host/conf/dlm.conf /etc/dlm/dlm.conf
-if [ "$DAEMON" = rust ]; then
-    install -m 755 /host/bin/dlm_controld /usr/sbin/dlm_controld
-    cp /host/conf/dlm.service /etc/systemd/system/dlm.service
-    systemctl daemon-reload
-fi
-/usr/sbin/dlm_controld --version
 systemctl start corosync
 i=0
 until corosync-quorumtool -s | grep -q 'Quorate: *Yes'; do

@@ -1,0 +1,53 @@
+# Shared by run-one.sh and run-two.sh (sourced): the run's share directory and one VM.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+VMCACHE=${VMCACHE:-/var/cache/dlm-vm}
+KVER=${KVER:-6.1.0-57-amd64}
+PROFILE=${PROFILE:-release}
+
+# prepare_share RUN NEED_RUST: the 9p share (guest scripts, our daemon and unit when
+# NEED_RUST is yes, dlm.conf), and `corosync.conf` for the nodes given as "id:addr" words.
+prepare_share() {
+    local run=$1 need_rust=$2
+    shift 2
+    mkdir -p "$run"/share/{guest,bin,conf,out,sync}
+    cp "$here"/guest/*.sh "$here"/guest/*.py "$run/share/guest/"
+    if [[ $need_rust == yes ]]; then
+        (cd "$repo" && cargo build --profile "$PROFILE" --locked -p dlm_controld --quiet)
+        local dir=$PROFILE
+        [[ $PROFILE == dev ]] && dir=debug
+        cp "$repo/target/$dir/dlm_controld" "$run/share/bin/"
+        cp "$repo/systemd/dlm.service" "$run/share/conf/"
+    fi
+    printf 'enable_fencing=0\n' >"$run/share/conf/dlm.conf"
+    {
+        printf 'totem {\n    version: 2\n    cluster_name: vmclust\n    transport: knet\n'
+        printf '    crypto_cipher: none\n    crypto_hash: none\n}\nnodelist {\n'
+        local n
+        for n in "$@"; do
+            printf '    node {\n        ring0_addr: %s\n        nodeid: %s\n    }\n' "${n#*:}" "${n%%:*}"
+        done
+        printf '}\nquorum {\n    provider: corosync_votequorum\n'
+        [[ $# -eq 2 ]] && printf '    two_node: 1\n'
+        printf '}\nlogging {\n    to_syslog: yes\n}\n'
+    } >"$run/share/conf/corosync.conf"
+}
+
+# vm RUN NAME APPEND [qemu args...]: one VM (TCG, 1 vCPU, 1 GiB) on a qcow2 overlay of the
+# image, the run's gfs2 disk (shareable) and share; ends when the guest powers off.
+vm() {
+    local run=$1 name=$2 append=$3
+    shift 3
+    qemu-img create -q -f qcow2 -F raw -b "$VMCACHE/root.img" "$run/root-$name.qcow2"
+    timeout "${VM_TIMEOUT:-1500}" "$VMCACHE/qemu/usr/bin/qemu-system-x86_64" \
+        -accel tcg -m 1024 -smp 1 -no-reboot -display none -monitor none \
+        -serial "file:$run/console-$name.log" \
+        -kernel "$VMCACHE/kernel/boot/vmlinuz-$KVER" -initrd "$VMCACHE/initrd.img" \
+        -append "console=ttyS0 quiet systemd.show_status=0 $append" \
+        -drive "file=$run/root-$name.qcow2,if=none,id=root,format=qcow2" \
+        -device virtio-blk-pci,drive=root,addr=0x4 \
+        -drive "file=$run/gfs2.img,if=none,id=data,format=raw,cache=none,file.locking=off" \
+        -device virtio-blk-pci,drive=data,addr=0x5,share-rw=on \
+        -fsdev "local,id=host,path=$run/share,security_model=none" \
+        -device virtio-9p-pci,fsdev=host,mount_tag=host,addr=0x6 "$@" || true
+}
