@@ -29,6 +29,17 @@ impl FenceView for Fence {
     }
 }
 
+fn deliver(core: &mut LsCore, env: &LsEnv<'_>, from: u32, payload: Vec<u8>) -> Vec<Action> {
+    core.event(
+        env,
+        Event::Deliver {
+            nodeid: from,
+            pid: from,
+            payload,
+        },
+    )
+}
+
 fn member(nodeid: u32, reason: u32) -> Member {
     Member {
         nodeid,
@@ -123,14 +134,7 @@ pub fn run(bytes: &[u8]) {
                 )
             }
             2 => match ours.pop_front() {
-                Some(payload) => core.event(
-                    &env,
-                    Event::Deliver {
-                        nodeid: 1,
-                        pid: 1,
-                        payload,
-                    },
-                ),
+                Some(payload) => deliver(&mut core, &env, 1, payload),
                 None => Vec::new(),
             },
             3 => {
@@ -149,26 +153,12 @@ pub fn run(bytes: &[u8]) {
                     flags,
                     u32::from(r[1] >> 1) % 4,
                 ));
-                core.event(
-                    &env,
-                    Event::Deliver {
-                        nodeid: other,
-                        pid: other,
-                        payload,
-                    },
-                )
+                deliver(&mut core, &env, other, payload)
             }
             4 => {
                 let payload =
                     encode_plock_msg(&header(MsgType::PLOCK, other, 0, 0), &info(other)).to_vec();
-                core.event(
-                    &env,
-                    Event::Deliver {
-                        nodeid: other,
-                        pid: other,
-                        payload,
-                    },
-                )
+                deliver(&mut core, &env, other, payload)
             }
             5 => {
                 let i = info(1);
@@ -199,14 +189,7 @@ pub fn run(bytes: &[u8]) {
                     });
                 }
                 let payload = w.as_bytes().to_vec();
-                core.event(
-                    &env,
-                    Event::Deliver {
-                        nodeid: other,
-                        pid: other,
-                        payload,
-                    },
-                )
+                deliver(&mut core, &env, other, payload)
             }
             7 => {
                 let done = Change {
@@ -225,14 +208,7 @@ pub fn run(bytes: &[u8]) {
                 );
                 h.msgdata2 = u32::from(r[3] % 4);
                 let payload = done.encode(&h);
-                core.event(
-                    &env,
-                    Event::Deliver {
-                        nodeid: other,
-                        pid: other,
-                        payload,
-                    },
-                )
+                deliver(&mut core, &env, other, payload)
             }
             8 => core.poll(&env),
             _ => {
@@ -244,14 +220,7 @@ pub fn run(bytes: &[u8]) {
                     );
                 }
                 payload.extend_from_slice(&r[3..]);
-                core.event(
-                    &env,
-                    Event::Deliver {
-                        nodeid: other,
-                        pid: other,
-                        payload,
-                    },
-                )
+                deliver(&mut core, &env, other, payload)
             }
         };
         for a in actions {
