@@ -548,7 +548,7 @@ impl Lockspace {
 
     /// `put_resource`, after an operation: frees the resource when it holds neither locks
     /// nor waiters; a resource left with one lock and no waiter takes the inline form.
-    fn settle(&mut self, r: u32) {
+    pub(crate) fn settle(&mut self, r: u32) {
         let (empty, single) = match &self.res(r).body {
             Body::One(_) => return,
             Body::Full(f) => (
@@ -571,10 +571,6 @@ impl Lockspace {
             self.ones += 1;
             self.link_node(r);
         }
-    }
-
-    pub(crate) fn put_resource_if_empty(&mut self, r: u32) {
-        self.settle(r);
     }
 
     /// Removes resource `r` from the table (it is empty, or a one-lock resource whose lock

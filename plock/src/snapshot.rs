@@ -193,8 +193,8 @@ impl Lockspace {
             self.restore_entry(r, e, nodeid, now);
         }
         // C keeps a resource sent with no entries until some operation frees it; it has no
-        // effect but a dump line, so it is not kept here.
-        self.put_resource_if_empty(r);
+        // effect but a dump line, so it is not kept here. One lock and no waiter: inline.
+        self.settle(r);
         Ok(())
     }
 }
