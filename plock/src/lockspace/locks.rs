@@ -1,0 +1,309 @@
+//! Granted locks and waiters of a promoted (`Full`) resource: C's `lock_internal`,
+//! `unlock_internal`, `add_waiter`, the candidate-based `do_waiters` pass, `clear_waiters`.
+
+use super::table::full_of;
+use super::*;
+
+impl Lockspace {
+    // ---- granted locks (of a promoted resource) -----------------------------------
+
+    pub(super) fn add_lock(
+        &mut self,
+        r: u32,
+        req: &Req,
+        ex: bool,
+        start: u64,
+        end: u64,
+        since: u32,
+    ) {
+        let lock = Lock {
+            owner: req.owner,
+            nodeid: req.nodeid,
+            pid: req.pid,
+            since,
+            ex,
+        };
+        let f = full_of(&mut self.resources, r);
+        self.locks.push_back(&mut f.locks, start, end, lock);
+        self.count_entry(r, req.nodeid, true);
+    }
+
+    pub(super) fn del_lock(&mut self, r: u32, s: Slot) {
+        let f = full_of(&mut self.resources, r);
+        let lock = self.locks.remove(&mut f.locks, s);
+        self.count_entry(r, lock.nodeid, false);
+    }
+
+    pub(super) fn set_lock_range(&mut self, r: u32, s: Slot, start: u64, end: u64) {
+        let f = full_of(&mut self.resources, r);
+        self.locks.set_range(&mut f.locks, s, start, end);
+    }
+
+    /// The request's same-owner fragments overlapping it, in list order.
+    pub(super) fn own_overlapping(&mut self, r: u32, req: &Req) -> Vec<Slot> {
+        let mut found = std::mem::take(&mut self.scratch);
+        found.clear();
+        let list = self.full(r).locks;
+        self.locks
+            .overlapping(&list, req.start, req.end, &mut found);
+        found.retain(|&s| {
+            let l = self.locks.get(s);
+            l.nodeid == req.nodeid && l.owner == req.owner
+        });
+        found.sort_unstable_by_key(|&s| self.locks.seq(s));
+        found
+    }
+
+    /// `is_conflict`: the first conflicting fragment in list order, if any.
+    pub(super) fn first_conflict(&mut self, r: u32, req: &Req) -> Option<Slot> {
+        let mut found = std::mem::take(&mut self.scratch);
+        found.clear();
+        let list = self.full(r).locks;
+        self.locks
+            .overlapping(&list, req.start, req.end, &mut found);
+        let best = found
+            .iter()
+            .copied()
+            .filter(|&s| conflicts(req, self.locks.get(s)))
+            .min_by_key(|&s| self.locks.seq(s));
+        self.scratch = found;
+        best
+    }
+
+    /// `lock_internal`: grants `req` over its owner's existing fragments (no coalescing).
+    /// Returns the range where the granted set became weaker (a downgrade), if any.
+    pub(super) fn lock_internal(&mut self, r: u32, req: &Req, now: u64) -> Option<(u64, u64)> {
+        let own = self.own_overlapping(r, req);
+        let mut released = None;
+        for &s in &own {
+            let (es, ee) = self.locks.range(s);
+            let e = *self.locks.get(s);
+            let downgrade = e.ex && !req.ex;
+            if downgrade {
+                released = Some((req.start, req.end));
+            }
+            match overlap_type(req.start, req.end, es, ee) {
+                Overlap::Same => {
+                    // same mode: nothing; else convert in place (pid unchanged, as C)
+                    self.locks.get_mut(s).ex = req.ex;
+                    self.scratch = own;
+                    return released;
+                }
+                Overlap::InsideEdge => {
+                    if e.ex != req.ex {
+                        // lock_case1: E becomes N, the rest of E keeps the old mode
+                        let (s2, e2) = shrink(es, ee, req.start, req.end);
+                        self.set_lock_range(r, s, req.start, req.end);
+                        self.locks.get_mut(s).ex = req.ex;
+                        self.add_lock(r, req, !req.ex, s2, e2, e.since);
+                    }
+                    self.scratch = own;
+                    return released;
+                }
+                Overlap::Inside => {
+                    if e.ex != req.ex {
+                        // lock_case2: front and back fragments keep the old mode
+                        self.add_lock(r, req, !req.ex, es, req.start - 1, e.since);
+                        self.add_lock(r, req, !req.ex, req.end + 1, ee, e.since);
+                        self.set_lock_range(r, s, req.start, req.end);
+                        self.locks.get_mut(s).ex = req.ex;
+                    }
+                    self.scratch = own;
+                    return released;
+                }
+                Overlap::Covers => self.del_lock(r, s),
+                Overlap::Partial => {
+                    let (a, b) = shrink(es, ee, req.start, req.end);
+                    self.set_lock_range(r, s, a, b);
+                }
+            }
+        }
+        self.scratch = own;
+        self.add_lock(r, req, req.ex, req.start, req.end, secs(now));
+        released
+    }
+
+    /// `unlock_internal`: removes `req`'s range from its owner's fragments. Returns the
+    /// range released, if anything was.
+    pub(super) fn unlock_internal(&mut self, r: u32, req: &Req) -> Option<(u64, u64)> {
+        let own = self.own_overlapping(r, req);
+        let released = (!own.is_empty()).then_some((req.start, req.end));
+        for &s in &own {
+            let (es, ee) = self.locks.range(s);
+            match overlap_type(req.start, req.end, es, ee) {
+                Overlap::Same => {
+                    self.del_lock(r, s);
+                    break;
+                }
+                Overlap::InsideEdge => {
+                    let (a, b) = shrink(es, ee, req.start, req.end);
+                    self.set_lock_range(r, s, a, b);
+                    break;
+                }
+                Overlap::Inside => {
+                    // back fragment: E's mode, the unlocker's pid
+                    let e = *self.locks.get(s);
+                    self.add_lock(r, req, e.ex, req.end + 1, ee, e.since);
+                    self.set_lock_range(r, s, es, req.start - 1);
+                    break;
+                }
+                Overlap::Covers => self.del_lock(r, s),
+                Overlap::Partial => {
+                    let (a, b) = shrink(es, ee, req.start, req.end);
+                    self.set_lock_range(r, s, a, b);
+                }
+            }
+        }
+        self.scratch = own;
+        released
+    }
+
+    // ---- waiters (of a promoted resource) -------------------------------------------
+
+    pub(super) fn windex(&mut self, r: u32) -> &mut WaiterIndex {
+        self.full_mut(r).windex.get_or_insert_with(Box::default)
+    }
+
+    /// Rebuilds the waiter index of `r` after its FIFO positions were renumbered, keeping
+    /// which waiters are candidates.
+    pub(super) fn reindex_waiters(&mut self, r: u32) {
+        let list = self.full(r).waiters;
+        let was: BTreeSet<Slot> = self
+            .full(r)
+            .windex
+            .as_ref()
+            .map(|wi| wi.candidates.values().copied().collect())
+            .unwrap_or_default();
+        let mut wi = WaiterIndex::default();
+        for s in self.waiters.iter(&list) {
+            let seq = self.waiters.seq(s);
+            let info = &self.waiters.get(s).info;
+            wi.by_owner.insert((info.nodeid, info.owner, seq, s));
+            if was.contains(&s) {
+                wi.candidates.insert(seq, s);
+            }
+        }
+        self.full_mut(r).windex = Some(Box::new(wi));
+    }
+
+    /// `add_waiter`: appended to the FIFO. It conflicts now, so it is not a candidate.
+    pub(super) fn add_waiter(&mut self, r: u32, info: PlockInfo, now: u64, candidate: bool) {
+        let number = self.res(r).number;
+        let f = full_of(&mut self.resources, r);
+        let renumbered = f.waiters.will_renumber();
+        let s = self.waiters.push_back(
+            &mut f.waiters,
+            info.start,
+            info.end,
+            Waiter { info, since: now },
+        );
+        if renumbered {
+            self.reindex_waiters(r);
+        }
+        let seq = self.waiters.seq(s);
+        let wi = self.windex(r);
+        wi.by_owner.insert((info.nodeid, info.owner, seq, s));
+        if candidate {
+            wi.candidates.insert(seq, s);
+            self.dirty.insert(number);
+        }
+        self.count_entry(r, info.nodeid, true);
+    }
+
+    pub(super) fn del_waiter(&mut self, r: u32, s: Slot) -> Waiter {
+        let seq = self.waiters.seq(s);
+        let number = self.res(r).number;
+        let f = full_of(&mut self.resources, r);
+        let w = self.waiters.remove(&mut f.waiters, s);
+        let empty = f.waiters.is_empty();
+        if let Some(wi) = f.windex.as_mut() {
+            wi.candidates.remove(&seq);
+            wi.by_owner.remove(&(w.info.nodeid, w.info.owner, seq, s));
+            if wi.candidates.is_empty() {
+                self.dirty.remove(&number);
+            }
+        }
+        if empty {
+            f.windex = None;
+        }
+        self.count_entry(r, w.info.nodeid, false);
+        w
+    }
+
+    /// Marks every waiter overlapping `[start, end]` as a candidate for the next pass.
+    pub(super) fn release(&mut self, r: u32, (start, end): (u64, u64)) {
+        let list = self.full(r).waiters;
+        if list.is_empty() {
+            return;
+        }
+        let mut found = Vec::new();
+        self.waiters.overlapping(&list, start, end, &mut found);
+        if found.is_empty() {
+            return;
+        }
+        let seqs: Vec<(u32, Slot)> = found.iter().map(|&s| (self.waiters.seq(s), s)).collect();
+        let number = self.res(r).number;
+        let wi = self.windex(r);
+        wi.candidates.extend(seqs);
+        self.dirty.insert(number);
+    }
+
+    /// `do_waiters`: one FIFO pass granting every candidate that no longer conflicts.
+    pub(super) fn do_waiters(&mut self, r: u32, now: u64, out: &mut Vec<Reply>) {
+        let mut cursor: Option<u32> = None;
+        loop {
+            let next = {
+                let Some(wi) = self.full(r).windex.as_ref() else {
+                    return;
+                };
+                // positions stop below u32::MAX, so c + 1 does not wrap
+                let from = cursor.map_or(0, |c| c + 1);
+                wi.candidates.range(from..).next().map(|(&q, &s)| (q, s))
+            };
+            let Some((seq, s)) = next else { break };
+            cursor = Some(seq);
+            let info = self.waiters.get(s).info;
+            let req = Req::from(&info);
+            if self.first_conflict(r, &req).is_some() {
+                if let Some(wi) = self.full_mut(r).windex.as_mut() {
+                    wi.candidates.remove(&seq);
+                }
+                continue;
+            }
+            self.del_waiter(r, s);
+            let released = self.lock_internal(r, &req, now);
+            if let Some(range) = released {
+                self.release(r, range);
+            }
+            if info.nodeid == self.our_nodeid {
+                out.push(Reply {
+                    info: PlockInfo { rv: 0, ..info },
+                });
+            }
+        }
+        let number = self.res(r).number;
+        if self
+            .full(r)
+            .windex
+            .as_ref()
+            .is_none_or(|wi| wi.candidates.is_empty())
+        {
+            self.dirty.remove(&number);
+        }
+    }
+
+    /// `clear_waiters`: drops every waiter of the owner on the resource, without replies.
+    pub(super) fn clear_waiters(&mut self, r: u32, nodeid: i32, owner: u64) {
+        let slots: Vec<Slot> = match self.full(r).windex.as_ref() {
+            Some(wi) => wi
+                .by_owner
+                .range((nodeid, owner, 0, 0)..=(nodeid, owner, u32::MAX, Slot::MAX))
+                .map(|e| e.3)
+                .collect(),
+            None => return,
+        };
+        for s in slots {
+            self.del_waiter(r, s);
+        }
+    }
+}
