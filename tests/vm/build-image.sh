@@ -7,9 +7,15 @@
 # daemon to compare with) and gfs2-utils. Run as root on Debian 12. About a minute warm.
 set -euo pipefail
 VMCACHE=${VMCACHE:-/var/cache/dlm-vm}
-KVER=${KVER:-6.1.0-57-amd64}
+# the kernel Debian 12 ships now (what linux-image-amd64 depends on), unless told
+KVER=${KVER:-$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {sub("linux-image-", "", $2); print $2; exit}')}
+[[ -n $KVER ]] || { echo "no kernel version from apt-cache; set KVER" >&2; exit 1; }
 mkdir -p "$VMCACHE"/{debs,qemu,kernel}
 cd "$VMCACHE"
+# an image built for another kernel is rebuilt
+if [[ -f kver && $(cat kver) != "$KVER" ]]; then
+    rm -f initrd.img root.img
+fi
 
 host_packages() {
     local want="mmdebstrap busybox-static seabios ipxe-qemu qemu-system-data e2fsprogs cpio"
@@ -96,4 +102,5 @@ qemu_tree
 kernel_tree
 initrd
 rootfs
-echo "built in $VMCACHE"
+echo "$KVER" >kver
+echo "built in $VMCACHE for $KVER"

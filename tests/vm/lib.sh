@@ -2,7 +2,7 @@
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 VMCACHE=${VMCACHE:-/var/cache/dlm-vm}
-KVER=${KVER:-6.1.0-57-amd64}
+KVER=${KVER:-$(cat "$VMCACHE/kver")}
 PROFILE=${PROFILE:-release}
 
 # prepare_share RUN NEED_RUST: the 9p share (guest scripts, our daemon and unit when
