@@ -150,6 +150,8 @@ pub struct FenceNode {
     pub fence_monotime: u64,
     /// Wall-clock seconds from the FENCE_RESULT.
     pub fence_walltime: u64,
+    /// `fence_monotime` is when it rejoined cleanly, not when it was fenced.
+    pub fenced_by_rejoin: bool,
     /// Last actor chosen.
     pub actor_last: u32,
     /// Who fenced it.
@@ -372,6 +374,7 @@ impl Fencing {
         n.delay_fencing = false;
         n.fence_monotime = 0;
         n.fence_walltime = 0;
+        n.fenced_by_rejoin = false;
         n.actor_last = 0;
         n.actor_done = 0;
         n.pid_wait = false;
@@ -638,6 +641,7 @@ impl Fencing {
             n.delay_fencing = false;
             n.fence_walltime = walltime;
             n.fence_monotime = env.now;
+            n.fenced_by_rejoin = false;
             n.actor_done = from;
         } else {
             // the next lowest actor tries
@@ -861,6 +865,7 @@ impl Fencing {
         n.delay_fencing = false;
         n.fence_walltime = env.wall;
         n.fence_monotime = env.now;
+        n.fenced_by_rejoin = true;
         n.actor_done = nodeid;
     }
 

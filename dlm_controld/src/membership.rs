@@ -85,6 +85,11 @@ pub struct Env<'a> {
 pub trait FenceView: std::fmt::Debug {
     /// Monotonic time the node was last fenced (or acknowledged), if ever.
     fn fence_time(&self, nodeid: u32) -> Option<u64>;
+    /// That time records the node rejoining cleanly (it needed fencing and came back as a
+    /// clean daemon member), not a fence: it vouches for failures before it only.
+    fn fenced_by_rejoin(&self, _nodeid: u32) -> bool {
+        false
+    }
     /// Some fencing is still in progress anywhere (`fence_in_progress`).
     fn in_progress(&self) -> bool;
     /// Monotonic time the node joined the cluster (quorum callback).
@@ -589,8 +594,12 @@ impl Membership {
             if !h.need_fencing {
                 continue;
             }
+            // check_fencing_done: fenced at or after the failure. Times are in seconds, so a
+            // clean rejoin noted in the same second as the failure does not count (C counts
+            // it, and then never fences a node that failed right after rejoining)
+            let by_rejoin = env.fencing.fenced_by_rejoin(nodeid);
             match env.fencing.fence_time(nodeid) {
-                Some(t) if t >= h.fail_monotime => {
+                Some(t) if t > h.fail_monotime || (t == h.fail_monotime && !by_rejoin) => {
                     h.need_fencing = false;
                     h.start_time = 0;
                 }

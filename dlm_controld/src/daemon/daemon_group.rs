@@ -27,6 +27,8 @@ pub(crate) struct FenceFacts {
     pub(crate) quorum_lockspace: bool,
     /// Per daemon node, our monotonic time it was last fenced (0: never).
     pub(crate) fenced: BTreeMap<u32, u64>,
+    /// Nodes whose time in `fenced` is a clean rejoin, not a fence.
+    pub(crate) by_rejoin: std::collections::BTreeSet<u32>,
     /// Some fencing is pending anywhere (or unknown).
     pub(crate) in_progress: bool,
     /// Monotonic time each cluster node was last added by the quorum service.
@@ -36,6 +38,9 @@ pub(crate) struct FenceFacts {
 impl FenceView for FenceFacts {
     fn fence_time(&self, nodeid: u32) -> Option<u64> {
         self.fenced.get(&nodeid).copied()
+    }
+    fn fenced_by_rejoin(&self, nodeid: u32) -> bool {
+        self.by_rejoin.contains(&nodeid)
     }
     fn in_progress(&self) -> bool {
         self.in_progress
@@ -334,14 +339,22 @@ impl DaemonGroup {
             .nodes()
             .map(|(id, n)| (id, n.fence_monotime))
             .collect();
+        let by_rejoin: std::collections::BTreeSet<u32> = self
+            .fencing
+            .nodes()
+            .filter(|(_, n)| n.fenced_by_rejoin)
+            .map(|(id, _)| id)
+            .collect();
         let in_progress = self.fencing.in_progress() != 0;
         let need = self.fencing.nodes().filter(|(_, n)| n.need_fencing).count();
         crate::metrics::get()
             .need_fencing
             .set(i64::try_from(need).unwrap_or(i64::MAX));
         self.facts.send_if_modified(|f| {
-            let changed = f.fenced != fenced || f.in_progress != in_progress;
+            let changed =
+                f.fenced != fenced || f.by_rejoin != by_rejoin || f.in_progress != in_progress;
             f.fenced = fenced;
+            f.by_rejoin = by_rejoin;
             f.in_progress = in_progress;
             changed
         });
