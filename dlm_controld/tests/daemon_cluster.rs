@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_proto::kernel::{PlockInfo, PlockOp};
+use dlm_tests::foo_request as req;
 use dlm_tests::{
     Daemon, FakeKernel, Record, configfs_members, metric_in_ns, start_daemon_on_corosync, writes,
 };
@@ -127,26 +128,8 @@ fn three_daemons_join_and_survive_a_node_failure() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-fn req(op: PlockOp, owner: u64, number: u64, wait: bool, start: u64, end: u64) -> PlockInfo {
-    PlockInfo {
-        version: PLOCK_VERSION,
-        op,
-        ex: true,
-        wait,
-        flags: PlockFlags(0),
-        pid: u32::try_from(owner).expect("small"),
-        nodeid: 0,
-        rv: 0,
-        fsid: 0x6ce2_339d,
-        number,
-        start,
-        end,
-        owner,
-    }
-}
-
 fn reply(k: &FakeKernel) -> PlockInfo {
-    PlockInfo::decode(&k.recv_plock_raw(T).expect("a reply")).expect("a plock record")
+    k.recv_plock(T).expect("a reply")
 }
 
 fn join(k: &FakeKernel) {

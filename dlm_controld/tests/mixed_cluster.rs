@@ -13,7 +13,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_proto::kernel::{PlockInfo, PlockOp};
+use dlm_tests::foo_request as req;
 use dlm_tests::{
     Daemon, FakeKernel, Record, build_shim, configfs_members, control_writes, start_c_daemon,
     start_daemon_on_corosync, stdout_in_ns,
@@ -28,31 +29,8 @@ log=$(printf '%s\\n' \"$input\" | sed -n 's/^log=//p')
 printf '%s\\n' \"$input\" >> \"$log\"
 ";
 
-fn fsid() -> u32 {
-    dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"))
-}
-
-fn req(op: PlockOp, owner: u64, number: u64, wait: bool, start: u64, end: u64) -> PlockInfo {
-    PlockInfo {
-        version: PLOCK_VERSION,
-        op,
-        ex: true,
-        wait,
-        flags: PlockFlags(0),
-        pid: u32::try_from(owner).expect("small"),
-        nodeid: 0,
-        rv: 0,
-        fsid: fsid(),
-        number,
-        start,
-        end,
-        owner,
-    }
-}
-
 fn reply(k: &FakeKernel) -> PlockInfo {
-    let raw = k.recv_plock_raw(T).expect("a reply");
-    PlockInfo::decode(&raw).expect("reply decodes")
+    k.recv_plock(T).expect("a reply")
 }
 
 /// A fake kernel under `root` whose dlm.conf fences every node with the test agent.

@@ -41,8 +41,7 @@ fn req(
 }
 
 fn reply(k: &FakeKernel) -> PlockInfo {
-    let raw = k.recv_plock_raw(T).expect("a reply");
-    PlockInfo::decode(&raw).expect("a plock record")
+    k.recv_plock(T).expect("a reply")
 }
 
 /// A daemon (embedded group, `extra` options) on a fake kernel under a fresh directory, in

@@ -308,6 +308,13 @@ impl FakeKernel {
         Some(buf)
     }
 
+    /// The next reply the daemon wrote to the plock device, decoded (`None` if none came
+    /// within `limit` or it does not decode).
+    pub fn recv_plock(&self, limit: Duration) -> Option<PlockInfo> {
+        self.recv_plock_raw(limit)
+            .and_then(|b| PlockInfo::decode(&b).ok())
+    }
+
     /// Whether a daemon holds the monitor device open ("daemon available").
     pub fn monitor_open(&self) -> bool {
         self.shared.monitor_open.load(Ordering::SeqCst)

@@ -5,6 +5,34 @@ pub mod fake_kernel;
 
 pub use fake_kernel::{FakeKernel, Record, configfs_members, control_writes, writes};
 
+/// A write-lock request of owner `owner` (its pid is the owner too) on lockspace `foo`, as
+/// the kernel would send it: the daemon fills in the node id.
+pub fn foo_request(
+    op: dlm_proto::kernel::PlockOp,
+    owner: u64,
+    number: u64,
+    wait: bool,
+    start: u64,
+    end: u64,
+) -> dlm_proto::kernel::PlockInfo {
+    let name = dlm_proto::LockspaceName::new(b"foo").expect("foo is a valid name");
+    dlm_proto::kernel::PlockInfo {
+        version: dlm_proto::kernel::PLOCK_VERSION,
+        op,
+        ex: true,
+        wait,
+        flags: dlm_proto::kernel::PlockFlags(0),
+        pid: u32::try_from(owner).unwrap_or(u32::MAX),
+        nodeid: 0,
+        rv: 0,
+        fsid: dlm_proto::wire::global_id(&name),
+        number,
+        start,
+        end,
+        owner,
+    }
+}
+
 /// A process this test started, killed and reaped when dropped.
 #[derive(Debug)]
 pub struct Daemon(pub std::process::Child);

@@ -188,8 +188,7 @@ fn burst(kernels: &[FakeKernel], per_node: u64) -> (usize, f64) {
 }
 
 fn reply(k: &FakeKernel, limit: Duration) -> Option<PlockInfo> {
-    k.recv_plock_raw(limit)
-        .and_then(|b| PlockInfo::decode(&b).ok())
+    k.recv_plock(limit)
 }
 
 fn main() -> ExitCode {
