@@ -12,19 +12,13 @@ import sys
 import threading
 import time
 
-from plockutil import all_passed, check, getlk
+from plockutil import check, finish, getlk, hold, release_holder
 
 d = sys.argv[1]
 path = os.path.join(d, "f")
-HOLDER_PID = "/run/plock-holder.pid"
 
 if len(sys.argv) > 2 and sys.argv[2] == "release":
-    try:
-        os.kill(int(open(HOLDER_PID).read()), signal.SIGTERM)
-    except (OSError, ValueError):
-        pass
-    time.sleep(1)
-    sys.exit(0)
+    release_holder()
 
 
 
@@ -93,24 +87,19 @@ el = time.monotonic() - t0
 print("pairs_per_s %.1f" % (n / el), flush=True)
 
 # a child holds 300 locks (every other byte of one file) and 50 files' locks for the dump
-hold = os.fork()
-if hold == 0:
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+
+
+def take_350():
     hf = os.open(os.path.join(d, "held"), os.O_RDWR | os.O_CREAT)
     for i in range(300):
         fcntl.lockf(hf, fcntl.LOCK_EX, 1, 2 * i)
-    fds = []
+    fds = [hf]
     for i in range(50):
         f = os.open(os.path.join(d, "h%d" % i), os.O_RDWR | os.O_CREAT)
         fcntl.lockf(f, fcntl.LOCK_SH, 0, 0)
         fds.append(f)
-    open(HOLDER_PID, "w").write(str(os.getpid()))
-    signal.sigwait([signal.SIGTERM])
-    os._exit(0)
-for _ in range(600):
-    if os.path.exists(HOLDER_PID):
-        break
-    time.sleep(0.1)
-check("holder took 350 locks", os.path.exists(HOLDER_PID))
-print("RESULT", "ok" if all_passed() else "failed", flush=True)
-sys.exit(0 if all_passed() else 1)
+    return fds
+
+
+check("holder took 350 locks", hold(take_350))
+finish()

@@ -7,16 +7,14 @@ can be compared. `plocks2.py N DIR SYNC release` ends that child.
 """
 import fcntl
 import os
-import signal
 import sys
 import time
 
-from plockutil import all_passed, check, getlk
+from plockutil import check, finish, getlk, hold, release_holder
 
 n, d, sync = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 other = 3 - n
 path = os.path.join(d, "shared")
-HOLDER_PID = "/run/plock-holder.pid"
 
 if len(sys.argv) > 4 and sys.argv[4] == "after-crash":
     import subprocess
@@ -43,16 +41,10 @@ if len(sys.argv) > 4 and sys.argv[4] == "after-crash":
     others = [l for l in lines if " nodeid 1 " not in l]
     check("node 1: the table holds node 1's 101 locks only", not others and len(lines) == 101,
           "(%d lines, %d of other nodes)" % (len(lines), len(others)))
-    print("RESULT", "ok" if all_passed() else "failed", flush=True)
-    sys.exit(0 if all_passed() else 1)
+    finish()
 
 if len(sys.argv) > 4 and sys.argv[4] == "release":
-    try:
-        os.kill(int(open(HOLDER_PID).read()), signal.SIGTERM)
-    except (OSError, ValueError):
-        pass
-    time.sleep(1)
-    sys.exit(0)
+    release_holder()
 
 
 
@@ -113,19 +105,14 @@ def holder_then_waiter(first):
 holder_then_waiter(1)
 holder_then_waiter(2)
 
-hold = os.fork()
-if hold == 0:
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+
+
+def take_100():
     hf = os.open(os.path.join(d, "held%d" % n), os.O_RDWR | os.O_CREAT)
     for i in range(100):
         fcntl.lockf(hf, fcntl.LOCK_EX, 1, 2 * i)
-    open(HOLDER_PID, "w").write(str(os.getpid()))
-    signal.sigwait([signal.SIGTERM])
-    os._exit(0)
-for _ in range(600):
-    if os.path.exists(HOLDER_PID):
-        break
-    time.sleep(0.1)
-check("node %d: holder took 100 locks" % n, os.path.exists(HOLDER_PID))
-print("RESULT", "ok" if all_passed() else "failed", flush=True)
-sys.exit(0 if all_passed() else 1)
+    return hf
+
+
+check("node %d: holder took 100 locks" % n, hold(take_100))
+finish()

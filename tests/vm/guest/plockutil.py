@@ -1,6 +1,13 @@
-"""Shared by plocks.py and plocks2.py: PASS/FAIL lines and F_GETLK."""
+"""Shared by plocks.py and plocks2.py: PASS/FAIL lines, F_GETLK, and a child process that
+holds locks until released (for the dumps)."""
 import fcntl
+import os
+import signal
 import struct
+import sys
+import time
+
+HOLDER_PID = "/run/plock-holder.pid"
 
 results = []
 
@@ -21,3 +28,38 @@ def getlk(fd, start, length, typ=fcntl.F_WRLCK):
     arg = struct.pack("hhqqi4x", typ, 0, start, length, 0)
     t, _, s, l, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_GETLK, arg))
     return t, s, l, pid
+
+
+def hold(take):
+    """Forks a child that runs `take()` (its locks), then holds them until SIGTERM; returns
+    whether it got that far within a minute."""
+    if os.fork() == 0:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+        kept = take()
+        with open(HOLDER_PID, "w") as f:
+            f.write(str(os.getpid()))
+        signal.sigwait([signal.SIGTERM])
+        del kept
+        os._exit(0)
+    for _ in range(600):
+        if os.path.exists(HOLDER_PID):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def release_holder():
+    """Ends the child of `hold` (a later run of the script), then exits."""
+    try:
+        with open(HOLDER_PID) as f:
+            os.kill(int(f.read()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+    time.sleep(1)
+    sys.exit(0)
+
+
+def finish():
+    """Prints the RESULT line and exits with it."""
+    print("RESULT", "ok" if all_passed() else "failed", flush=True)
+    sys.exit(0 if all_passed() else 1)
