@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_proto::kernel::{PlockInfo, PlockOp};
+use dlm_tests::foo_request;
 use dlm_tests::{
     Daemon, FakeKernel, configfs_members, start_daemon_on_corosync, stdout_in_ns, writes,
 };
@@ -27,10 +28,6 @@ const T: Duration = Duration::from_secs(30);
 const INODES: u64 = 4;
 /// Locks node 2 holds besides the storm.
 const BIG: u64 = 100_000;
-
-fn fsid() -> u32 {
-    dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"))
-}
 
 /// A small deterministic generator (xorshift), seeded per node.
 struct Rng(u64);
@@ -54,19 +51,8 @@ fn request(rng: &mut Rng, node: u64) -> PlockInfo {
         PlockOp::LOCK
     };
     PlockInfo {
-        version: PLOCK_VERSION,
-        op,
         ex: rng.next(2) == 0,
-        wait: false,
-        flags: PlockFlags(0),
-        pid: u32::try_from(owner).expect("small"),
-        nodeid: 0,
-        rv: 0,
-        fsid: fsid(),
-        number: rng.next(INODES),
-        start,
-        end,
-        owner,
+        ..foo_request(op, owner, rng.next(INODES), false, start, end)
     }
 }
 
@@ -259,21 +245,7 @@ fn storm_with_a_node_killed_rebooted_and_a_chain_of_rejoins() {
     s.wait_members(&[1, 2, 3], &[1, 2, 3]);
     // node 2 holds 100,000 locks on inodes of their own: node 3's rejoin below receives
     // them all by state transfer while the storm goes on
-    let many = (0..BIG).map(|i| PlockInfo {
-        version: PLOCK_VERSION,
-        op: PlockOp::LOCK,
-        ex: true,
-        wait: false,
-        flags: PlockFlags(0),
-        pid: 7,
-        nodeid: 0,
-        rv: 0,
-        fsid: fsid(),
-        number: 1000 + i,
-        start: 0,
-        end: 0,
-        owner: 7,
-    });
+    let many = (0..BIG).map(|i| foo_request(PlockOp::LOCK, 7, 1000 + i, false, 0, 0));
     assert!(s.kernels[1].send_answered(many, 64, T), "the 100,000 locks");
 
     // the storm on all three nodes; node 3 dies in the middle of it
@@ -328,22 +300,12 @@ fn storm_with_a_node_killed_rebooted_and_a_chain_of_rejoins() {
     let k3 = s.kernels[2].clone();
     for i in 0..30u64 {
         let r = PlockInfo {
-            version: PLOCK_VERSION,
-            op: PlockOp::LOCK,
             ex: i % 2 == 0,
-            wait: false,
-            flags: PlockFlags(0),
             pid: 300,
-            nodeid: 0,
-            rv: 0,
-            fsid: fsid(),
-            number: 9,
-            start: i * 10,
-            end: i * 10 + 5,
-            owner: 300 + i % 3,
+            ..foo_request(PlockOp::LOCK, 300 + i % 3, 9, false, i * 10, i * 10 + 5)
         };
         k3.send_plock(&r).expect("send");
-        let got = PlockInfo::decode(&k3.recv_plock_raw(T).expect("reply")).expect("decode");
+        let got = k3.recv_plock(T).expect("reply");
         assert_eq!(got.rv, 0);
     }
     let mut expect = parse(&s.same_table(&[1, 2, 3]));
