@@ -62,8 +62,11 @@ pub struct SnapshotCursor {
     next_resource: usize,
     /// Position inside the current resource: the entries already sent.
     sent: usize,
-    /// The current resource and its entries, locks (list order) then waiters (FIFO).
-    current: Option<(u32, Vec<PlockData>)>,
+    /// The current resource, if one is being sent.
+    current: Option<u32>,
+    /// Its entries, locks (list order) then waiters (FIFO); the buffer is reused for every
+    /// resource, so the stream allocates nothing per resource.
+    entries: Vec<PlockData>,
 }
 
 impl SnapshotCursor {
@@ -73,6 +76,7 @@ impl SnapshotCursor {
             next_resource: 0,
             sent: 0,
             current: None,
+            entries: Vec::new(),
         }
     }
 
@@ -122,14 +126,16 @@ fn next_chunk(c: &mut SnapshotCursor, ls: &Lockspace) -> Option<Chunk> {
             let w = &w.info;
             entry(w.nodeid, w.start, w.end, w.owner, w.pid, w.ex, true)
         });
-        c.current = Some((r, locks.chain(waiters).collect()));
+        c.entries.clear();
+        c.entries.extend(locks.chain(waiters));
+        c.current = Some(r);
         c.sent = 0;
     }
-    let (r, entries) = c.current.as_ref()?;
-    let total = entries.len();
+    let r = c.current?;
+    let total = c.entries.len();
     let mut chunk = Chunk {
         resource: ResourceData {
-            number: ls.res(*r).number,
+            number: ls.res(r).number,
             owner: 0,
             flags: if c.sent == 0 { 0 } else { RD_CONTINUE },
         },
@@ -137,7 +143,7 @@ fn next_chunk(c: &mut SnapshotCursor, ls: &Lockspace) -> Option<Chunk> {
         len: 0,
     };
     while chunk.len < MAX_PLOCKS_DATA_ENTRIES && c.sent < total {
-        let e = entries[c.sent];
+        let e = c.entries[c.sent];
         chunk.entries[chunk.len] = Some(e);
         chunk.len += 1;
         c.sent += 1;
