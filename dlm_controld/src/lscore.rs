@@ -130,6 +130,8 @@ pub struct LsCore {
     gid: u32,
     our: u32,
     embedded: bool,
+    /// Keys the plock table's index shapes.
+    seed: u64,
     mem: Membership,
     ring: u64,
     plocks: PlockTable,
@@ -152,17 +154,19 @@ pub struct LsCore {
 
 impl LsCore {
     /// A lockspace being joined by node `our`. With `embedded` the group's own ring stands
-    /// in for the quorum service's.
-    pub fn new(name: LockspaceName, our: u32, embedded: bool) -> Self {
+    /// in for the quorum service's. `seed` keys the plock table's index shapes (see
+    /// [`PlockTable::new`]): the daemon draws it at random per process.
+    pub fn new(name: LockspaceName, our: u32, embedded: bool, seed: u64) -> Self {
         let gid = global_id(&name);
         Self {
             name,
             gid,
             our,
             embedded,
+            seed,
             mem: Membership::joining(our),
             ring: 0,
-            plocks: PlockTable::new(our, gid),
+            plocks: PlockTable::new(our, gid, seed),
             need_plocks: true,
             save_plocks: false,
             saved: Vec::new(),
@@ -477,7 +481,7 @@ impl LsCore {
                 // sender or another member failed): a data node of ours sends the whole
                 // table again as of this start, which already holds what we saved; start
                 // over instead of finishing with a partial or stale table, as C does
-                self.plocks = PlockTable::new(self.our, self.gid);
+                self.plocks = PlockTable::new(self.our, self.gid, self.seed);
                 self.saved.clear();
                 if let Some((_, n)) = self.transfer.as_mut() {
                     *n = 0;

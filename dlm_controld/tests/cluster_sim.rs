@@ -153,7 +153,7 @@ impl Sim {
             Node {
                 id,
                 group: Some(group),
-                core: LsCore::new(name, id, true),
+                core: LsCore::new(name, id, true, u64::from(id) << 17),
                 side: 0,
                 requests: BTreeMap::new(),
                 held: BTreeMap::new(),

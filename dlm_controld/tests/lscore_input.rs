@@ -55,7 +55,7 @@ fn dropped(actions: &[Action]) -> Option<(u32, &str)> {
 fn malformed_and_foreign_messages_are_dropped_with_a_reason() {
     let name = LockspaceName::new(b"foo").expect("name");
     let gid = global_id(&name);
-    let mut core = LsCore::new(name, 1, true);
+    let mut core = LsCore::new(name, 1, true, 0x5eed);
     let info = PlockInfo {
         version: PLOCK_VERSION,
         op: PlockOp::LOCK,

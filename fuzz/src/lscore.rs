@@ -52,7 +52,7 @@ fn member(nodeid: u32, reason: u32) -> Member {
 pub fn run(bytes: &[u8]) {
     let name = LockspaceName::new(b"fz").expect("name");
     let gid = global_id(&name);
-    let mut core = LsCore::new(name, 1, true);
+    let mut core = LsCore::new(name, 1, true, 0x5eed);
     let fence = Fence;
     let mut members: Vec<u32> = Vec::new();
     let mut ring = 0u64;

@@ -13,7 +13,7 @@ const NODES: [u32; 3] = [1, 2, 3];
 
 /// One input.
 pub fn run(bytes: &[u8]) {
-    let mut engines: Vec<Lockspace> = NODES.iter().map(|&n| Lockspace::new(n, FSID)).collect();
+    let mut engines: Vec<Lockspace> = NODES.iter().map(|&n| Lockspace::new(n, FSID, u64::from(n) * 0x1234_5677)).collect();
     let mut models: Vec<Model> = NODES.iter().map(|&n| Model::new(n as i32, FSID)).collect();
     let mut sent: Vec<PlockInfo> = Vec::new();
     for (t, s) in bytes.chunks_exact(6).enumerate() {
@@ -101,7 +101,7 @@ pub fn run(bytes: &[u8]) {
             "digests at step {t}"
         );
     }
-    let mut joiner = Lockspace::new(4, FSID);
+    let mut joiner = Lockspace::new(4, FSID, 0xfeed);
     for ch in engines[0].snapshot() {
         joiner
             .restore(1, ch.resource, ch.entries())

@@ -52,6 +52,8 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 const FSID: u32 = 1;
+/// Keys the engine's index shapes, as the daemon's per-process random seed does.
+const SEED: u64 = 0x0123_4567_89ab_cdef;
 
 fn req(
     node: i32,
@@ -162,8 +164,62 @@ fn lock_unlock_model(m: &mut Model, resources: u64, ops: u64, rng: &mut Rng) -> 
     per_op(t.elapsed(), ops)
 }
 
+/// Starts such that slot i's start ranks as the unseeded priority of slot i (splitmix64 of
+/// the slot, the index's fixed priorities before they were seeded): inserted in slot order
+/// they sorted keys as priorities, so that treap was a chain.
+fn adversarial_starts(n: u64) -> Vec<u64> {
+    let mix = |x: u64| {
+        let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut by_priority: Vec<u64> = (0..n).collect();
+    by_priority.sort_unstable_by_key(|&s| mix(s));
+    let mut starts = vec![0; n as usize];
+    for (rank, &s) in by_priority.iter().enumerate() {
+        starts[s as usize] = 4 * rank as u64;
+    }
+    starts
+}
+
+/// Locks one range per start on one inode (one owner each), in the given order; then lock
+/// and unlock a free byte among them. Per-op times of both.
+fn ranges_in_order(starts: &[u64], rng: &mut Rng) -> (f64, f64) {
+    let mut ls = Lockspace::new(1, FSID, SEED);
+    let mut out = Vec::new();
+    let t = Instant::now();
+    for (k, &start) in starts.iter().enumerate() {
+        let r = req(
+            1,
+            10 + k as u64,
+            7,
+            PlockOp::LOCK,
+            true,
+            false,
+            start,
+            start + 1,
+        );
+        ls.apply(0, 1, &r, &mut out).expect("valid");
+        out.clear();
+    }
+    let build = per_op(t.elapsed(), starts.len() as u64);
+    let ops = 20_000;
+    let t = Instant::now();
+    for k in 0..ops {
+        let b = 4 * rng.next(starts.len() as u64) + 2;
+        let owner = 1_000_000 + k;
+        for (op, ex) in [(PlockOp::LOCK, true), (PlockOp::UNLOCK, false)] {
+            ls.apply(0, 1, &req(1, owner, 7, op, ex, false, b, b), &mut out)
+                .expect("valid");
+        }
+        out.clear();
+    }
+    (build, per_op(t.elapsed(), ops))
+}
+
 fn fill_resources(n: u64) -> (Lockspace, Model) {
-    let mut ls = Lockspace::new(1, FSID);
+    let mut ls = Lockspace::new(1, FSID, SEED);
     let mut m = Model::new(1, FSID);
     let mut out = Vec::new();
     let mut mout: Vec<PlockInfo> = Vec::new();
@@ -215,7 +271,7 @@ fn main() {
     // 2. many locks on one inode from many owners (Samba tdb: one byte per record)
     for n in [100u64, 1_000, 10_000, 100_000] {
         let n = scale(n);
-        let mut ls = Lockspace::new(1, FSID);
+        let mut ls = Lockspace::new(1, FSID, SEED);
         let mut m = Model::new(1, FSID);
         let mut out = Vec::new();
         let mut mout: Vec<PlockInfo> = Vec::new();
@@ -274,10 +330,29 @@ fn main() {
         row(&format!("lock+unlock, {n} locks on one inode"), e, Some(mo));
     }
 
+    // 2b. a user's chosen order: disjoint ranges on one inode, ascending, and in the order
+    // of the fixed treap priorities the index had before its seed (each lock went down a
+    // chain; 3·10^4 of them overflowed a 2 MiB stack)
+    for n in [10_000u64, 30_000] {
+        let n = scale(n);
+        for (name, starts) in [
+            ("ascending", (0..n).map(|k| 4 * k).collect()),
+            ("adversarial", adversarial_starts(n)),
+        ] {
+            let (build, pair) = ranges_in_order(&starts, &mut rng);
+            row(
+                &format!("lock of {n} ranges on one inode, {name} order (then lock+unlock)"),
+                build,
+                None,
+            );
+            row(&format!("lock+unlock among them, {name} order"), pair, None);
+        }
+    }
+
     // 3. 10^4 waiters on one inode: every LOCK/UNLOCK there runs the waiter pass
     {
         let n = scale(10_000);
-        let mut ls = Lockspace::new(1, FSID);
+        let mut ls = Lockspace::new(1, FSID, SEED);
         let mut m = Model::new(1, FSID);
         let mut out = Vec::new();
         let mut mout: Vec<PlockInfo> = Vec::new();
@@ -360,7 +435,7 @@ fn main() {
     for share in [10u64, 1000] {
         let total = scale(1_000_000);
         let theirs = total / share;
-        let mut ls = Lockspace::new(1, FSID);
+        let mut ls = Lockspace::new(1, FSID, SEED);
         let mut out = Vec::new();
         let mut mout: Vec<PlockInfo> = Vec::new();
         for ino in 0..total {
@@ -408,7 +483,7 @@ fn main() {
         let n = scale(1_000_000);
         let before = ALLOCATED.load(Ordering::Relaxed);
         let (ls, _) = {
-            let mut ls = Lockspace::new(1, FSID);
+            let mut ls = Lockspace::new(1, FSID, SEED);
             let mut out = Vec::new();
             // 10 locks per resource, from several owners
             for k in 0..n {
@@ -432,7 +507,7 @@ fn main() {
             bytes as f64 / n as f64
         );
         let one_before = ALLOCATED.load(Ordering::Relaxed);
-        let mut single = Lockspace::new(1, FSID);
+        let mut single = Lockspace::new(1, FSID, SEED);
         let mut out = Vec::new();
         for ino in 0..n {
             single
@@ -464,7 +539,7 @@ fn main() {
             None,
         );
         let t = Instant::now();
-        let mut joiner = Lockspace::new(2, FSID);
+        let mut joiner = Lockspace::new(2, FSID, SEED ^ 1);
         for c in &chunks {
             joiner
                 .restore(0, c.resource, c.entries())

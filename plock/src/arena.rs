@@ -17,8 +17,12 @@
 //! separately allocated, pinned nodes, one allocation per lock and `unsafe` adapters. At 10⁶
 //! locks the difference is the 100-byte budget (docs/BENCHMARKS.md).
 //!
-//! Design: treap priorities come from a fixed hash of the slot number — deterministic, no
-//! RNG — and only shape the tree, never a decision. Positions in insertion order are `u32`
+//! Design: treap priorities are a keyed bijective hash of the slot number, keyed by a seed the
+//! caller passes in (the daemon draws one per process). They only shape the tree, never a
+//! decision, so replicas with different seeds stay one state machine while a user who picks
+//! the order of their ranges cannot pick a degenerate tree: the expected depth is O(log n)
+//! whatever the input. No walk recurses: split, merge and the overlap walk are loops with
+//! explicit paths, so no input reaches the stack's limit. Positions in insertion order are `u32`
 //! (a node is 72 bytes with a 24-byte value); when a list has used them all it renumbers
 //! itself 0.. in order, which keeps every comparison and the treap's order (keys with equal
 //! `start` keep their relative order), once per 2³² insertions into one list.
@@ -93,26 +97,79 @@ impl ListHead {
 pub(crate) struct Arena<T> {
     nodes: Vec<Node<T>>,
     free: Vec<Slot>,
+    /// Keys the treap priorities.
+    seed: u64,
+    /// The nodes a split or merge passed, re-augmented bottom-up after it (kept to reuse).
+    path: Vec<Slot>,
 }
 
-impl<T> Default for Arena<T> {
-    fn default() -> Self {
-        Self {
-            nodes: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-}
-
-fn priority(slot: Slot) -> u64 {
-    // splitmix64 finaliser: a fixed bijection, so priorities are distinct and deterministic
-    let mut z = u64::from(slot).wrapping_add(0x9E37_79B9_7F4A_7C15);
+/// splitmix64's finaliser: a bijection of `u64`, so distinct inputs never tie.
+pub(crate) fn mix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
 
+/// Where a subtree hangs: the root of the tree being built, or a child link of a node.
+#[derive(Clone, Copy)]
+enum Hook {
+    Root,
+    Left(Slot),
+    Right(Slot),
+}
+
+/// The explicit stack of the overlap walk: 64 entries inline (a treap with random
+/// priorities is that deep with negligible probability), spilling to the heap beyond, so
+/// the walk neither recurses nor allocates in practice.
+struct WalkStack {
+    inline: [Slot; 64],
+    len: usize,
+    spill: Vec<Slot>,
+}
+
+impl WalkStack {
+    fn new() -> Self {
+        Self {
+            inline: [NIL; 64],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, s: Slot) {
+        if self.len < self.inline.len() {
+            self.inline[self.len] = s;
+            self.len += 1;
+        } else {
+            self.spill.push(s);
+        }
+    }
+
+    fn pop(&mut self) -> Option<Slot> {
+        if let Some(s) = self.spill.pop() {
+            return Some(s);
+        }
+        self.len = self.len.checked_sub(1)?;
+        Some(self.inline[self.len])
+    }
+}
+
 impl<T> Arena<T> {
+    /// An empty arena whose treap priorities are keyed by `seed`.
+    pub(crate) fn new(seed: u64) -> Self {
+        Self {
+            nodes: Vec::new(),
+            free: Vec::new(),
+            seed,
+            path: Vec::new(),
+        }
+    }
+
+    fn priority(&self, s: Slot) -> u64 {
+        mix64(u64::from(s) ^ self.seed)
+    }
+
     fn node(&self, s: Slot) -> &Node<T> {
         &self.nodes[s as usize]
     }
@@ -194,47 +251,73 @@ impl<T> Arena<T> {
         self.node_mut(s).max_end = m;
     }
 
-    /// Splits `t` into keys < `key` and keys ≥ `key`.
-    fn split(&mut self, t: Slot, key: (u64, u32)) -> (Slot, Slot) {
-        if t == NIL {
-            return (NIL, NIL);
-        }
-        if self.key(t) < key {
-            let r = self.node(t).right;
-            let (a, b) = self.split(r, key);
-            self.node_mut(t).right = a;
-            self.fix(t);
-            (t, b)
-        } else {
-            let l = self.node(t).left;
-            let (a, b) = self.split(l, key);
-            self.node_mut(t).left = b;
-            self.fix(t);
-            (a, t)
+    /// Hangs `s` at `hook` of the tree whose root is `root`.
+    fn attach(&mut self, root: &mut Slot, hook: Hook, s: Slot) {
+        match hook {
+            Hook::Root => *root = s,
+            Hook::Left(p) => self.node_mut(p).left = s,
+            Hook::Right(p) => self.node_mut(p).right = s,
         }
     }
 
-    /// Merges two treaps where every key of `a` is below every key of `b`.
-    fn merge(&mut self, a: Slot, b: Slot) -> Slot {
-        if a == NIL {
-            return b;
+    /// Re-augments the nodes of `self.path`, deepest (last visited) first.
+    fn fix_path(&mut self) {
+        let path = std::mem::take(&mut self.path);
+        for &s in path.iter().rev() {
+            self.fix(s);
         }
-        if b == NIL {
-            return a;
+        self.path = path;
+    }
+
+    /// Splits `t` into keys < `key` and keys ≥ `key`; a loop down one path.
+    fn split(&mut self, mut t: Slot, key: (u64, u32)) -> (Slot, Slot) {
+        let (mut below, mut above) = (NIL, NIL);
+        let (mut low, mut high) = (Hook::Root, Hook::Root);
+        self.path.clear();
+        while t != NIL {
+            self.path.push(t);
+            if self.key(t) < key {
+                self.attach(&mut below, low, t);
+                low = Hook::Right(t);
+                t = self.node(t).right;
+            } else {
+                self.attach(&mut above, high, t);
+                high = Hook::Left(t);
+                t = self.node(t).left;
+            }
         }
-        if priority(a) > priority(b) {
-            let r = self.node(a).right;
-            let m = self.merge(r, b);
-            self.node_mut(a).right = m;
-            self.fix(a);
-            a
-        } else {
-            let l = self.node(b).left;
-            let m = self.merge(a, l);
-            self.node_mut(b).left = m;
-            self.fix(b);
-            b
+        self.attach(&mut below, low, NIL);
+        self.attach(&mut above, high, NIL);
+        self.fix_path();
+        (below, above)
+    }
+
+    /// Merges two treaps where every key of `a` is below every key of `b`; a loop down
+    /// `a`'s right spine and `b`'s left spine.
+    fn merge(&mut self, mut a: Slot, mut b: Slot) -> Slot {
+        let mut root = NIL;
+        let mut hook = Hook::Root;
+        self.path.clear();
+        loop {
+            if a == NIL || b == NIL {
+                let rest = if a == NIL { b } else { a };
+                self.attach(&mut root, hook, rest);
+                break;
+            }
+            if self.priority(a) > self.priority(b) {
+                self.attach(&mut root, hook, a);
+                self.path.push(a);
+                hook = Hook::Right(a);
+                a = self.node(a).right;
+            } else {
+                self.attach(&mut root, hook, b);
+                self.path.push(b);
+                hook = Hook::Left(b);
+                b = self.node(b).left;
+            }
         }
+        self.fix_path();
+        root
     }
 
     fn tree_insert(&mut self, list: &mut ListHead, s: Slot) {
@@ -339,28 +422,44 @@ impl<T> Arena<T> {
     }
 
     /// Pushes onto `out`, in key order, every slot of `list` overlapping `[start, end]`.
-    /// Recursive in-order walk that skips subtrees whose `max_end` is below `start` and
-    /// stops at keys past `end`; no allocation.
+    /// An in-order walk on an explicit stack that skips subtrees whose `max_end` is below
+    /// `start` and stops at the first key past `end` (every later key starts after it).
     pub(crate) fn overlapping(&self, list: &ListHead, start: u64, end: u64, out: &mut Vec<Slot>) {
-        self.walk(list.root, start, end, out);
+        let mut stack = WalkStack::new();
+        let mut t = list.root;
+        loop {
+            while t != NIL && self.node(t).max_end >= start {
+                stack.push(t);
+                t = self.node(t).left;
+            }
+            let Some(s) = stack.pop() else {
+                return;
+            };
+            let n = self.node(s);
+            if n.start > end {
+                return;
+            }
+            if n.end >= start {
+                out.push(s);
+            }
+            t = n.right;
+        }
     }
 
-    fn walk(&self, t: Slot, start: u64, end: u64, out: &mut Vec<Slot>) {
-        if t == NIL {
-            return;
+    /// The treap's depth (levels), for tests of its balance; breadth first, no recursion.
+    #[cfg(test)]
+    pub(crate) fn depth(&self, list: &ListHead) -> usize {
+        let mut level = vec![list.root];
+        let mut depth = 0;
+        while level.iter().any(|&s| s != NIL) {
+            depth += 1;
+            level = level
+                .iter()
+                .filter(|&&s| s != NIL)
+                .flat_map(|&s| [self.node(s).left, self.node(s).right])
+                .collect();
         }
-        let n = self.node(t);
-        if n.max_end < start {
-            return;
-        }
-        self.walk(n.left, start, end, out);
-        if n.start > end {
-            return;
-        }
-        if n.end >= start {
-            out.push(t);
-        }
-        self.walk(n.right, start, end, out);
+        depth
     }
 
     /// Slots of `list` in insertion order.
@@ -377,6 +476,21 @@ impl<T> Arena<T> {
     }
 }
 
+/// Starts in the order of the treap priorities `seed` gives slots 0..n: inserting slot i
+/// with start `starts[i]` sorts keys as priorities, so that seed builds a chain of depth n
+/// (the attack of a user who knows the seed; tests only).
+#[cfg(test)]
+pub(crate) fn adversarial_starts(seed: u64, n: u32) -> Vec<u64> {
+    let probe: Arena<()> = Arena::new(seed);
+    let mut by_priority: Vec<u32> = (0..n).collect();
+    by_priority.sort_unstable_by_key(|&s| probe.priority(s));
+    let mut starts = vec![0; n as usize];
+    for (rank, &s) in by_priority.iter().enumerate() {
+        starts[s as usize] = 4 * u64::try_from(rank).unwrap_or(u64::MAX);
+    }
+    starts
+}
+
 #[cfg(test)]
 #[allow(clippy::cast_possible_truncation)]
 mod tests {
@@ -385,7 +499,7 @@ mod tests {
     /// Brute force against the arena on a small domain, many operations.
     #[test]
     fn matches_brute_force() {
-        let mut arena: Arena<u32> = Arena::default();
+        let mut arena: Arena<u32> = Arena::new(0x5eed);
         let mut list = ListHead::default();
         let mut model: Vec<(Slot, u64, u64, u32)> = Vec::new();
         let mut x: u64 = 12345;
@@ -441,5 +555,68 @@ mod tests {
             assert_eq!(order, want_order);
             assert_eq!(list.len(), model.len());
         }
+    }
+
+    fn fill(arena: &mut Arena<u32>, list: &mut ListHead, order: &[u64]) {
+        for (i, &start) in order.iter().enumerate() {
+            arena.push_back(list, start, start + 1, i as u32);
+        }
+    }
+
+    /// The attack of a user who knows the key: the order degenerates that seed's treap
+    /// into a chain (so the order is truly adversarial), while under any other seed the
+    /// same order stays O(log n) deep — the daemon's seed is random and nobody's to know.
+    #[test]
+    fn adversarial_order_is_shallow_under_another_seed() {
+        const KNOWN: u64 = 0;
+        let mut known = (Arena::new(KNOWN), ListHead::default());
+        fill(
+            &mut known.0,
+            &mut known.1,
+            &adversarial_starts(KNOWN, 2_000),
+        );
+        assert_eq!(known.0.depth(&known.1), 2_000);
+
+        let order = adversarial_starts(KNOWN, 30_000);
+        for seed in [1, 0xdead_beef, u64::MAX] {
+            let (mut arena, mut list) = (Arena::new(seed), ListHead::default());
+            fill(&mut arena, &mut list, &order);
+            let depth = arena.depth(&list);
+            assert!(
+                depth < 100,
+                "seed {seed:#x}: depth {depth} for 30000 entries"
+            );
+        }
+    }
+
+    /// Nothing walks the tree by recursion: a chain 3,000 deep (the known-seed attack) is
+    /// built, queried, moved and emptied on a thread with a 64 KiB stack.
+    #[test]
+    fn a_chain_needs_no_stack() {
+        let run = || {
+            let order = adversarial_starts(7, 3_000);
+            let (mut arena, mut list) = (Arena::new(7), ListHead::default());
+            fill(&mut arena, &mut list, &order);
+            assert_eq!(arena.depth(&list), 3_000);
+            let mut got = Vec::new();
+            arena.overlapping(&list, 0, u64::MAX, &mut got);
+            assert_eq!(got.len(), 3_000);
+            let first = list.head();
+            arena.set_range(&mut list, first, 1, 2);
+            got.clear();
+            arena.overlapping(&list, 2, 2, &mut got);
+            assert!(got.contains(&first));
+            let slots: Vec<Slot> = arena.iter(&list).collect();
+            for s in slots {
+                arena.remove(&mut list, s);
+            }
+            assert!(list.is_empty());
+        };
+        std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(run)
+            .expect("spawn")
+            .join()
+            .expect("no stack overflow");
     }
 }

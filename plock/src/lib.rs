@@ -22,8 +22,8 @@
 //!     version: PLOCK_VERSION, op, ex: true, wait, flags: PlockFlags(0), pid: 100,
 //!     nodeid, rv: 0, fsid: 7, number: 42, start, end, owner: nodeid as u64,
 //! };
-//! let mut node1 = Lockspace::new(1, 7);
-//! let mut node2 = Lockspace::new(2, 7);
+//! let mut node1 = Lockspace::new(1, 7, 0x5eed);
+//! let mut node2 = Lockspace::new(2, 7, 0xbeef);
 //! // The same three messages, delivered in the same order on both nodes.
 //! let msgs = [
 //!     (1, req(1, PlockOp::LOCK, false, 0, 99)),   // node 1 write-locks 0-99

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 
-use crate::arena::{Arena, ListHead, Slot};
+use crate::arena::{Arena, ListHead, Slot, mix64};
 use crate::effects::{ApplyError, Reply};
 use crate::range::{Overlap, overlap_type, shrink};
 
@@ -229,6 +229,8 @@ pub struct Lockspace {
     /// Resource slots, found by inode number (4 bytes and a control byte per bucket; a map
     /// keyed by number would store the number twice).
     by_number: hashbrown::HashTable<u32>,
+    /// Keys `by_number`'s hash.
+    hash_key: u64,
     head: u32,
     tail: u32,
     /// (nodeid, creation position, slot) for every `Full` resource where the node has a lock
@@ -245,12 +247,18 @@ pub struct Lockspace {
 
 impl Lockspace {
     /// An empty table for the lockspace whose global id is `fsid`, on node `our_nodeid`.
-    pub fn new(our_nodeid: u32, fsid: u32) -> Self {
+    ///
+    /// `seed` keys the shapes of its indexes (treap priorities, the slot table's hash) and
+    /// nothing else: replicas with different seeds make the same decisions, replies, dumps
+    /// and digests. A daemon draws it at random per process, so no user can choose inputs
+    /// that degrade the indexes of every node at once.
+    pub fn new(our_nodeid: u32, fsid: u32, seed: u64) -> Self {
         Self {
             our_nodeid: i32::try_from(our_nodeid).unwrap_or(i32::MAX),
             fsid,
-            locks: Arena::default(),
-            waiters: Arena::default(),
+            locks: Arena::new(mix64(seed ^ 1)),
+            waiters: Arena::new(mix64(seed ^ 2)),
+            hash_key: mix64(seed),
             resources: Vec::new(),
             free_resources: Vec::new(),
             by_number: hashbrown::HashTable::new(),
@@ -262,6 +270,15 @@ impl Lockspace {
             dirty: BTreeSet::new(),
             next_created: 0,
             scratch: Vec::new(),
+        }
+    }
+
+    /// The depth of the lock index of resource `number` (0 for none or an inline lock).
+    #[cfg(test)]
+    pub(crate) fn lock_depth(&self, number: u64) -> usize {
+        match self.find(number).map(|r| &self.res(r).body) {
+            Some(Body::Full(f)) => self.locks.depth(&f.locks),
+            _ => 0,
         }
     }
 

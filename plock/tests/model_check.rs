@@ -102,7 +102,10 @@ struct Cluster {
 impl Cluster {
     fn new() -> Self {
         Self {
-            engines: NODES.iter().map(|&n| Lockspace::new(n, FSID)).collect(),
+            engines: NODES
+                .iter()
+                .map(|&n| Lockspace::new(n, FSID, u64::from(n) * 0x1234_5677))
+                .collect(),
             models: NODES.iter().map(|&n| Model::new(n as i32, FSID)).collect(),
             sent_blocking: Vec::new(),
         }
@@ -173,7 +176,7 @@ proptest! {
         let chunks: Vec<_> = c.engines[0].snapshot().collect();
         let model_chunks = c.models[0].snapshot();
         prop_assert_eq!(chunks.len(), model_chunks.len());
-        let mut joiner = Lockspace::new(4, FSID);
+        let mut joiner = Lockspace::new(4, FSID, 0xfeed);
         let mut joiner_model = Model::new(4, FSID);
         for (ch, (rd, entries)) in chunks.iter().zip(&model_chunks) {
             prop_assert_eq!(&ch.resource, rd);

@@ -121,7 +121,9 @@ fn show_end(e: u64) -> String {
 impl World {
     fn new() -> Self {
         Self {
-            engines: (1..=3).map(|n| Lockspace::new(n, FSID)).collect(),
+            engines: (1..=3)
+                .map(|n| Lockspace::new(n, FSID, u64::from(n) * 0x1234_5677))
+                .collect(),
             models: (1..=3).map(|n| Model::new(n, FSID)).collect(),
         }
     }

@@ -33,6 +33,13 @@ pub enum LsCommand {
 
 /// The table in C's text (`copy_plock_state`), in one pass; with `ages` each line ends in
 /// ` age_ms <n>`.
+/// A seed no local user can know: std's per-process random hash keys (drawn from the OS),
+/// for the plock table's index shapes.
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::RandomState::new().hash_one(std::process::id())
+}
+
 fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -355,7 +362,7 @@ pub(crate) async fn run(
     let mut fenced = ctx.fencing.clone();
     let mut ls = Shell {
         metrics: LsMetrics::new(&text),
-        core: LsCore::new(name, ctx.our, ctx.embedded),
+        core: LsCore::new(name, ctx.our, ctx.embedded, random_seed()),
         text: std::sync::Arc::from(text.as_str()),
         pending: std::collections::HashMap::new(),
         conf,

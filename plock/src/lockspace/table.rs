@@ -4,14 +4,12 @@
 
 use super::*;
 
-/// The slot table's hash of an inode number: a fixed bijective mixer (splitmix64's
-/// finaliser), no seed. The table is only probed, never iterated, so its layout cannot make
-/// replicas differ.
-fn hash_number(number: u64) -> u64 {
-    let mut z = number.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+/// The slot table's hash of an inode number: a bijective mixer keyed by the table's seed, so
+/// a user who picks which inodes to lock cannot pick colliding ones. The table is only
+/// probed, never iterated, so its layout (which differs between seeds) cannot make replicas
+/// differ.
+fn hash_number(key: u64, number: u64) -> u64 {
+    mix64(number ^ key)
 }
 
 /// The `Full` of a slot, with the slot table borrowed alone (so the arenas stay free).
@@ -50,7 +48,7 @@ impl Lockspace {
     pub(crate) fn find(&self, number: u64) -> Option<u32> {
         let resources = &self.resources;
         self.by_number
-            .find(hash_number(number), |&r| {
+            .find(hash_number(self.hash_key, number), |&r| {
                 resources[r as usize]
                     .as_ref()
                     .is_some_and(|res| res.number == number)
@@ -158,12 +156,13 @@ impl Lockspace {
             self.res_mut(t).next = r;
         }
         self.tail = r;
-        let resources = &self.resources;
-        self.by_number.insert_unique(hash_number(number), r, |&x| {
-            resources[x as usize]
-                .as_ref()
-                .map_or(0, |res| hash_number(res.number))
-        });
+        let (resources, key) = (&self.resources, self.hash_key);
+        self.by_number
+            .insert_unique(hash_number(key, number), r, |&x| {
+                resources[x as usize]
+                    .as_ref()
+                    .map_or(0, |res| hash_number(key, res.number))
+            });
         if matches!(self.res(r).body, Body::One(_)) {
             self.ones += 1;
             self.link_node(r);
@@ -292,7 +291,7 @@ impl Lockspace {
         }
         if let Ok(e) = self
             .by_number
-            .find_entry(hash_number(res.number), |&x| x == r)
+            .find_entry(hash_number(self.hash_key, res.number), |&x| x == r)
         {
             e.remove();
         }

@@ -17,8 +17,8 @@ fn renumbering_positions_changes_nothing() {
         x ^= x << 17;
         x % n
     };
-    let mut plain = Lockspace::new(1, 7);
-    let mut pushed = Lockspace::new(1, 7);
+    let mut plain = Lockspace::new(1, 7, 1);
+    let mut pushed = Lockspace::new(1, 7, 2);
     let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
     for step in 0..10_000u64 {
         if step % 37 == 0 {
@@ -79,7 +79,7 @@ fn continuation_after_a_one_lock_message() {
         ex: true,
         waiter,
     };
-    let mut ls = Lockspace::new(4, 7);
+    let mut ls = Lockspace::new(4, 7, 4);
     let rd = |flags| ResourceData {
         number: 5,
         owner: 0,
@@ -102,4 +102,68 @@ fn continuation_after_a_one_lock_message() {
 fn slot_sizes() {
     assert_eq!(size_of::<Option<Resource>>(), 72);
     assert_eq!(size_of::<Lock>(), 24);
+}
+
+/// A user who knew a replica's seed could chain its range index: that replica still
+/// answers on a 256 KiB stack (nothing recurses), and exactly as a replica with another
+/// seed, whose index stays shallow.
+#[test]
+fn a_known_seed_costs_time_not_the_stack() {
+    let run = || {
+        const N: u32 = 3_000;
+        const KNOWN: u64 = 11;
+        // the lock arena's key, derived from the table's seed as `Lockspace::new` does
+        let starts = crate::arena::adversarial_starts(mix64(KNOWN ^ 1), N);
+        let mut known = Lockspace::new(1, 7, KNOWN);
+        let mut other = Lockspace::new(1, 7, 12);
+        let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+        let info = |op, owner: u64, start: u64, end: u64| PlockInfo {
+            version: PLOCK_VERSION,
+            op,
+            ex: true,
+            wait: false,
+            flags: PlockFlags(0),
+            pid: owner as u32,
+            nodeid: 1,
+            rv: 0,
+            fsid: 7,
+            number: 5,
+            start,
+            end,
+            owner,
+        };
+        let both = |a: &mut Lockspace,
+                    b: &mut Lockspace,
+                    i: &PlockInfo,
+                    oa: &mut Vec<_>,
+                    ob: &mut Vec<_>| {
+            a.apply(0, 1, i, oa).expect("apply");
+            b.apply(0, 1, i, ob).expect("apply");
+        };
+        for (k, &s) in starts.iter().enumerate() {
+            let i = info(PlockOp::LOCK, k as u64, s, s + 1);
+            both(&mut known, &mut other, &i, &mut out_a, &mut out_b);
+        }
+        assert!(
+            known.lock_depth(5) > N as usize / 2,
+            "the order chains the known seed"
+        );
+        assert!(other.lock_depth(5) < 100, "depth {}", other.lock_depth(5));
+        let get = info(PlockOp::GET, 99_999, 0, u64::MAX);
+        both(&mut known, &mut other, &get, &mut out_a, &mut out_b);
+        assert_eq!(known.dump_text(), other.dump_text());
+        for (k, &s) in starts.iter().enumerate().step_by(2) {
+            let i = info(PlockOp::UNLOCK, k as u64, s, s + 1);
+            both(&mut known, &mut other, &i, &mut out_a, &mut out_b);
+        }
+        assert_eq!(out_a, out_b);
+        assert_eq!(known.digest(), other.digest());
+        assert_eq!(known.lock_count(), N as usize / 2);
+    };
+    std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(run)
+        .expect("spawn")
+        .join()
+        .expect("no stack overflow");
 }
