@@ -42,6 +42,12 @@ pub struct Metrics {
     pub socket_requests: IntCounterVec,
     /// Query socket request latency.
     pub query_seconds: HistogramVec,
+    /// Connections closed at accept by a bound, by socket and bound.
+    pub socket_refused: IntCounterVec,
+    /// Failed accepts (EMFILE, ENFILE, ENOMEM, …), by socket: each one backs off.
+    pub accept_errors: IntCounterVec,
+    /// Connections open on the local listeners now.
+    pub connections: IntGauge,
     /// Lines logged at error level (bad input included).
     pub errors: IntCounter,
     /// State transfers by lockspace and role (sent, received).
@@ -191,6 +197,23 @@ impl Metrics {
                 "dlm_query_seconds",
                 "Query socket requests, accept to reply written",
                 &["command"],
+            ),
+            socket_refused: counter_vec(
+                &r,
+                "dlm_socket_refused_total",
+                "Connections closed at accept by a bound",
+                &["socket", "bound"],
+            ),
+            accept_errors: counter_vec(
+                &r,
+                "dlm_socket_accept_errors_total",
+                "Failed accepts on the local listeners (each backs off)",
+                &["socket"],
+            ),
+            connections: gauge(
+                &r,
+                "dlm_socket_connections",
+                "Connections open on the local listeners",
             ),
             errors: counter(
                 &r,
@@ -364,6 +387,9 @@ mod tests {
         m.query_seconds
             .with_label_values(&["lockspaces"])
             .observe(0.0001);
+        m.socket_refused.with_label_values(&["query", "uid"]).inc();
+        m.accept_errors.with_label_values(&["main"]).inc();
+        m.connections.set(2);
         m.errors.inc();
         m.fence_attempts.with_label_values(&["fence_all"]).inc();
         m.fence_results.with_label_values(&["success"]).inc();
@@ -395,6 +421,9 @@ mod tests {
             "dlm_lockspace_waiting",
             "dlm_socket_requests_total",
             "dlm_query_seconds",
+            "dlm_socket_refused_total",
+            "dlm_socket_accept_errors_total",
+            "dlm_socket_connections",
             "dlm_errors_total",
             "dlm_fence_agent_runs_total",
             "dlm_fence_agent_results_total",

@@ -41,7 +41,17 @@ fn unit_verifies_and_matches_the_daemon() {
         .iter()
         .map(|v| v.parse().expect("seconds"))
         .collect();
-    assert!(wd.iter().all(|s| *s >= 10), "{wd:?}");
+    assert!(
+        wd.len() == 1 && wd[0] >= 10,
+        "one WatchdogSec of 10 s or more: {wd:?}"
+    );
+    // systemd's default soft limit is 1024: room for the kernel path beside the bounded
+    // local connections (admission's reserve of 256 and total of 512)
+    let nofile: Vec<u64> = value("LimitNOFILE")
+        .iter()
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    assert!(nofile.len() == 1 && nofile[0] >= 4096, "{nofile:?}");
     // the options the unit passes are ones our daemon accepts
     let ours = Command::new(env!("CARGO_BIN_EXE_dlm_controld"))
         .args(["--foreground", "--help"])

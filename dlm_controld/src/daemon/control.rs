@@ -3,17 +3,21 @@
 //! (RUN_START closes after its reply), as C's does.
 //!
 //! Unlike C, which lets any local user `fence_ack` a node, every command here needs the
-//! peer to be root (SO_PEERCRED uid 0); others are refused, logged, and answered `-EPERM`
-//! where the command has a reply.
+//! peer to be root (SO_PEERCRED uid 0). A non-root connection (admitted within the bounds
+//! of `admission`) gets one request, which is refused, logged and answered `-EPERM` where
+//! the command has a reply, and is then closed: no other user holds this socket open.
 
 use std::io;
 use std::os::linux::net::SocketAddrExt;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use dlm_proto::query::{Command, DlmcHeader, EXTRA_SIZE, HEADER_SIZE, MAIN_SOCK_NAME, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
+
+use super::admission::{Acceptor, Gate, LogEvery, Permit, unix_uid};
 
 /// What the main task must do for a client.
 #[derive(Debug)]
@@ -54,21 +58,82 @@ pub(crate) fn bind() -> io::Result<UnixListener> {
     UnixListener::from_std(l)
 }
 
-/// Accepts forever; each connection gets its own task.
-pub(crate) async fn serve(listener: UnixListener, tx: mpsc::UnboundedSender<ControlCmd>) {
+/// Accepts forever; each admitted connection gets its own task.
+pub(crate) async fn serve(
+    listener: UnixListener,
+    gate: Gate,
+    tx: mpsc::UnboundedSender<ControlCmd>,
+) {
+    let mut acceptor = Acceptor::new("main", gate);
+    let refusals = Arc::new(Mutex::new(LogEvery::default()));
     let mut next = 0u64;
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
+        let ((stream, _), permit) = acceptor
+            .next(|| listener.accept(), |(s, _)| unix_uid(s))
+            .await;
         next += 1;
         let tx = tx.clone();
         let ci = next;
+        let refusals = refusals.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, tx, ci).await {
+            let r = if permit.is_root() {
+                connection(stream, tx, ci).await
+            } else {
+                refuse(stream, &permit, ci, &refusals).await
+            };
+            if let Err(e) = r {
                 tracing::debug!("connection {ci} read error {e}");
             }
         });
+    }
+}
+
+/// A non-root peer's one request: read within its header timeout, refused, closed.
+async fn refuse(
+    mut s: UnixStream,
+    permit: &Permit,
+    ci: u64,
+    log: &Mutex<LogEvery>,
+) -> io::Result<()> {
+    let mut hb = [0u8; HEADER_SIZE];
+    let Ok(read) = tokio::time::timeout(permit.header_timeout(), s.read_exact(&mut hb)).await
+    else {
+        return Ok(());
+    };
+    read?;
+    let m = crate::metrics::get();
+    let Ok(h) = DlmcHeader::decode(&hb) else {
+        m.socket_requests
+            .with_label_values(&["main", "none", "bad"])
+            .inc();
+        return Ok(());
+    };
+    let label = h.command.name().unwrap_or("unknown");
+    m.socket_requests
+        .with_label_values(&["main", label, "refused"])
+        .inc();
+    let held = log
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .allow(Instant::now());
+    if let Some(held) = held {
+        tracing::error!(
+            "connection {ci}: command {} refused for uid {}: needs root ({held} more not logged)",
+            h.command.0,
+            permit.uid()
+        );
+    }
+    let denied = DlmcHeader {
+        name: h.name,
+        data: -EPERM,
+        ..DlmcHeader::new(h.command)
+    };
+    match h.command {
+        Command::FS_REGISTER | Command::FS_NOTIFIED | Command::RUN_START => {
+            reply(&mut s, denied, &[]).await
+        }
+        Command::RUN_CHECK => reply(&mut s, denied, &0u32.to_ne_bytes()).await,
+        _ => Ok(()),
     }
 }
 
@@ -86,7 +151,6 @@ async fn connection(
     tx: mpsc::UnboundedSender<ControlCmd>,
     ci: u64,
 ) -> io::Result<()> {
-    let uid = s.peer_cred()?.uid();
     loop {
         let mut hb = [0u8; HEADER_SIZE];
         match s.read_exact(&mut hb).await {
@@ -125,32 +189,13 @@ async fn connection(
                 return Ok(());
             }
         };
-        let outcome = if uid == 0 { "ok" } else { "refused" };
         m.socket_requests
-            .with_label_values(&["main", label, outcome])
+            .with_label_values(&["main", label, "ok"])
             .inc();
         let base = DlmcHeader {
             name: h.name,
             ..DlmcHeader::new(h.command)
         };
-        if uid != 0 {
-            tracing::error!(
-                "connection {ci}: command {} refused for uid {uid}: needs root",
-                h.command.0
-            );
-            let denied = DlmcHeader {
-                data: -EPERM,
-                ..base
-            };
-            match h.command {
-                Command::FS_REGISTER | Command::FS_NOTIFIED | Command::RUN_START => {
-                    reply(&mut s, denied, &[]).await?;
-                }
-                Command::RUN_CHECK => reply(&mut s, denied, &0u32.to_ne_bytes()).await?,
-                _ => {}
-            }
-            continue;
-        }
         match req {
             Request::ReloadConfig => {
                 let _ = tx.send(ControlCmd::Reload);

@@ -4,19 +4,21 @@
 
 use std::time::Duration;
 
+use super::admission::{Acceptor, Gate, Permit, UNKNOWN_UID};
 use super::query::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Accepts forever; each connection gets its own task.
-pub(crate) async fn serve(listener: TcpListener, registry: Registry) {
+/// Accepts forever; each admitted connection gets its own task. A TCP peer's uid is not
+/// known: every connection counts as an unprivileged user's (`admission`).
+pub(crate) async fn serve(listener: TcpListener, gate: Gate, registry: Registry) {
+    let mut acceptor = Acceptor::new("metrics", gate);
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
+        let ((stream, _), permit) = acceptor.next(|| listener.accept(), |_| UNKNOWN_UID).await;
         let reg = registry.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), connection(stream, reg)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), connection(stream, permit, reg))
+                .await;
         });
     }
 }
@@ -53,7 +55,8 @@ async fn refresh(reg: &Registry) {
     }
 }
 
-async fn connection(mut s: TcpStream, reg: Registry) -> std::io::Result<()> {
+/// Reads the request head, at most 8 KiB.
+async fn read_head(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut req = Vec::new();
     let mut buf = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
@@ -63,6 +66,15 @@ async fn connection(mut s: TcpStream, reg: Registry) -> std::io::Result<()> {
         }
         req.extend_from_slice(&buf[..n]);
     }
+    Ok(req)
+}
+
+async fn connection(mut s: TcpStream, permit: Permit, reg: Registry) -> std::io::Result<()> {
+    // a peer that sends no request in time is closed (its place goes to the next)
+    let Ok(req) = tokio::time::timeout(permit.header_timeout(), read_head(&mut s)).await else {
+        return Ok(());
+    };
+    let req = req?;
     let line = req.split(|&b| b == b'\n').next().unwrap_or_default();
     let mut words = line.split(|&b| b == b' ');
     let (method, path) = (words.next(), words.next());

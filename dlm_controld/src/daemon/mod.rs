@@ -4,6 +4,7 @@
 //!
 //! Runs on corosync or on the embedded single-member group (see docs/ARCHITECTURE.md).
 
+mod admission;
 mod agent;
 mod cluster;
 mod control;
@@ -450,16 +451,25 @@ async fn main_loop(
     let config_dump: query::ConfigDump =
         Arc::new(std::sync::Mutex::new(Arc::new(config.options.dump())));
     let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel();
+    let nofile = admission::raise_nofile();
+    let gate = admission::Gate::new(admission::Limits::for_nofile(nofile));
+    let l = gate.limits();
+    tracing::info!(
+        "local connections: {} at once ({} non-root, {} per uid), descriptor limit {nofile}",
+        l.total,
+        l.unprivileged,
+        l.per_uid
+    );
     match control::bind() {
         Ok(l) => {
-            tokio::spawn(control::serve(l, ctl_tx));
+            tokio::spawn(control::serve(l, gate.clone(), ctl_tx));
         }
         Err(e) => return Err(DaemonError::Io("main socket \\0dlmc_sock", e)),
     }
     if let Some(addr) = args.metrics {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => {
-                tokio::spawn(metrics_http::serve(l, registry.clone()));
+                tokio::spawn(metrics_http::serve(l, gate.clone(), registry.clone()));
             }
             // metrics are not worth refusing to run for
             Err(e) => tracing::error!("metrics endpoint {addr}: {e}"),
@@ -469,6 +479,7 @@ async fn main_loop(
         Ok(l) => {
             tokio::spawn(query::serve(
                 l,
+                gate,
                 registry.clone(),
                 config_dump.clone(),
                 status.clone(),

@@ -22,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
+use super::admission::{Acceptor, Gate, Permit, unix_uid};
 use super::lockspace::LsCommand;
 use crate::lscore::LsReport;
 
@@ -42,24 +43,29 @@ pub(crate) fn bind() -> io::Result<UnixListener> {
     UnixListener::from_std(l)
 }
 
-/// Accepts forever; each connection gets its own task.
+/// Accepts forever; each admitted connection gets its own task.
 pub(crate) async fn serve(
     listener: UnixListener,
+    gate: Gate,
     registry: Registry,
     config_dump: ConfigDump,
     status: SharedStatus,
 ) {
+    let mut acceptor = Acceptor::new("query", gate);
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
+        let ((stream, _), permit) = acceptor
+            .next(|| listener.accept(), |(s, _)| unix_uid(s))
+            .await;
         let reg = registry.clone();
         let cfg = config_dump.lock().map(|d| d.clone()).unwrap_or_default();
         let st = status.clone();
         tokio::spawn(async move {
             // a client that never sends its header is dropped, not waited for forever
-            let _ = tokio::time::timeout(Duration::from_secs(10), connection(stream, reg, cfg, st))
-                .await;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(10),
+                connection(stream, permit, reg, cfg, st),
+            )
+            .await;
         });
     }
 }
@@ -119,6 +125,7 @@ fn node(r: &LsReport, nodeid: u32, members: &[u32]) -> DlmcNode {
 
 async fn connection(
     mut s: UnixStream,
+    permit: Permit,
     reg: Registry,
     config_dump: Arc<String>,
     status: SharedStatus,
@@ -126,7 +133,11 @@ async fn connection(
     let t0 = std::time::Instant::now();
     let m = crate::metrics::get();
     let mut buf = [0u8; HEADER_SIZE];
-    s.read_exact(&mut buf).await?;
+    let header = tokio::time::timeout(permit.header_timeout(), s.read_exact(&mut buf));
+    let Ok(read) = header.await else {
+        return Ok(());
+    };
+    read?;
     let h = match DlmcHeader::decode(&buf) {
         Ok(h) => h,
         Err(e) => {
