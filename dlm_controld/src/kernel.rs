@@ -227,6 +227,14 @@ impl KernelRoot {
             .map_err(|e| err(e.into()))?;
             bind(fd.as_raw_fd(), &NetlinkAddr::new(std::process::id(), 1))
                 .map_err(|e| err(e.into()))?;
+            // room for a burst (`udevadm trigger`) while the main task is busy, as udev
+            // takes; past it the kernel drops events and says ENOBUFS (UeventLoss::Overrun)
+            use nix::sys::socket::{setsockopt, sockopt};
+            if let Err(e) = setsockopt(&fd, sockopt::RcvBufForce, &UEVENT_RCVBUF)
+                .or_else(|_| setsockopt(&fd, sockopt::RcvBuf, &UEVENT_RCVBUF))
+            {
+                tracing::warn!("uevent socket: receive buffer: {e}");
+            }
             return Ok(UeventSource { fd });
         }
         let path = self.path("run/dlm_controld/uevent.sock");
@@ -318,18 +326,86 @@ impl UeventSource {
     }
 }
 
+/// The uevent socket's receive buffer.
+const UEVENT_RCVBUF: usize = 8 << 20;
+/// Room for one uevent: the kernel's are at most 2 KiB (`UEVENT_BUFFER_SIZE`).
+const UEVENT_MAX: usize = 8192;
+
 impl UeventSource {
-    /// Receives one raw uevent if one is queued (`WouldBlock` otherwise).
+    /// Receives one raw uevent if one is queued (`WouldBlock` otherwise); a longer one than
+    /// [`UEVENT_MAX`] is an `InvalidData` error (see [`UeventLoss::of`]), not a cut event.
     pub fn try_recv(&self) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; 4096];
-        let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT)?;
+        let mut buf = vec![0u8; UEVENT_MAX];
+        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_TRUNC;
+        let n = recv(self.fd.as_raw_fd(), &mut buf, flags)?;
+        if n > buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("uevent of {n} bytes truncated to {UEVENT_MAX}"),
+            ));
+        }
         buf.truncate(n);
         Ok(buf)
+    }
+}
+
+/// A failed uevent read the daemon goes on from (C's `process_uevent` logs and returns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UeventLoss {
+    /// ENOBUFS: the socket's buffer overflowed and the kernel dropped events.
+    Overrun,
+    /// A datagram longer than any uevent, dropped whole.
+    Truncated,
+    /// EINTR.
+    Interrupted,
+}
+
+impl UeventLoss {
+    /// What `e` from [`UeventSource::try_recv`] means; `None` for an error that ends the
+    /// daemon (the socket itself is broken).
+    pub fn of(e: &io::Error) -> Option<Self> {
+        match (e.kind(), e.raw_os_error()) {
+            (_, Some(libc::ENOBUFS)) => Some(Self::Overrun),
+            (io::ErrorKind::Interrupted, _) => Some(Self::Interrupted),
+            (io::ErrorKind::InvalidData, _) => Some(Self::Truncated),
+            _ => None,
+        }
+    }
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Overrun => "overrun",
+            Self::Truncated => "truncated",
+            Self::Interrupted => "interrupted",
+        }
     }
 }
 
 impl AsFd for UeventSource {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uevent_losses_are_gone_on_from_and_a_broken_socket_is_not() {
+        let os = io::Error::from_raw_os_error;
+        assert_eq!(
+            UeventLoss::of(&os(libc::ENOBUFS)),
+            Some(UeventLoss::Overrun)
+        );
+        assert_eq!(
+            UeventLoss::of(&os(libc::EINTR)),
+            Some(UeventLoss::Interrupted)
+        );
+        let cut = io::Error::new(io::ErrorKind::InvalidData, "cut");
+        assert_eq!(UeventLoss::of(&cut), Some(UeventLoss::Truncated));
+        assert_eq!(UeventLoss::of(&os(libc::EBADF)), None);
+        assert_eq!(UeventLoss::of(&os(libc::ENOTSOCK)), None);
     }
 }

@@ -48,6 +48,8 @@ pub struct Metrics {
     pub accept_errors: IntCounterVec,
     /// Connections open on the local listeners now.
     pub connections: IntGauge,
+    /// Uevent reads that failed and were gone on from, by reason (overrun, truncated, …).
+    pub uevents_lost: IntCounterVec,
     /// Lines logged at error level (bad input included).
     pub errors: IntCounter,
     /// State transfers by lockspace and role (sent, received).
@@ -214,6 +216,12 @@ impl Metrics {
                 &r,
                 "dlm_socket_connections",
                 "Connections open on the local listeners",
+            ),
+            uevents_lost: counter_vec(
+                &r,
+                "dlm_uevent_errors_total",
+                "Uevent reads that failed and were gone on from (overrun: events lost)",
+                &["reason"],
             ),
             errors: counter(
                 &r,
@@ -390,6 +398,7 @@ mod tests {
         m.socket_refused.with_label_values(&["query", "uid"]).inc();
         m.accept_errors.with_label_values(&["main"]).inc();
         m.connections.set(2);
+        m.uevents_lost.with_label_values(&["overrun"]).inc();
         m.errors.inc();
         m.fence_attempts.with_label_values(&["fence_all"]).inc();
         m.fence_results.with_label_values(&["success"]).inc();
@@ -424,6 +433,7 @@ mod tests {
             "dlm_socket_refused_total",
             "dlm_socket_accept_errors_total",
             "dlm_socket_connections",
+            "dlm_uevent_errors_total",
             "dlm_errors_total",
             "dlm_fence_agent_runs_total",
             "dlm_fence_agent_results_total",

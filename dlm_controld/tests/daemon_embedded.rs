@@ -463,3 +463,52 @@ fn logs_c_lines_in_the_ring_and_json_in_the_file() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A datagram longer than any uevent is dropped whole, counted and logged; the daemon goes
+/// on and the next uevent (a join) is served. ENOBUFS and EINTR are gone on from the same
+/// way (`UeventLoss`); only a broken socket ends the daemon.
+#[test]
+fn an_oversized_uevent_is_dropped_and_the_daemon_goes_on() {
+    let dir = root("uevent");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("uev").expect("netns");
+    let mut d = start(&ns, &dir);
+    assert!(k.wait_daemon(T), "the daemon never listened for uevents");
+    let mut big = b"online@/kernel/dlm/foo\0ACTION=online\0".to_vec();
+    big.resize(12_000, b'x');
+    k.send_uevent(&big).expect("send");
+    assert!(k.announce("foo").expect("announce"));
+    let done = |r: &[Record]| writes(r, "sys/kernel/dlm/foo/event_done").len() == 1;
+    assert!(k.wait_records(T, done), "the join after it never completed");
+    assert_eq!(d.0.try_wait().ok().flatten(), None, "the daemon is running");
+    assert_eq!(
+        dlm_tests::metric_in_ns(&ns.0, "dlm_uevent_errors_total{reason=\"truncated\"}"),
+        1.0
+    );
+}
+
+/// The pid file's mode is the daemon's, not the inherited umask's.
+#[test]
+fn the_pid_file_ignores_a_zero_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = root("umask");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("umask").expect("netns");
+    let mut c = ns.command("sh");
+    c.args([
+        "-c",
+        "umask 000; exec \"$0\" \"$@\"",
+        env!("CARGO_BIN_EXE_dlm_controld"),
+    ])
+    .args(["--kernel-root", &dir.display().to_string()])
+    .args(["--cluster", "embedded", "--foreground"])
+    .stdout(Stdio::null());
+    let _d = Daemon(c.spawn().expect("start dlm_controld"));
+    assert!(k.wait_daemon(T), "the daemon never listened for uevents");
+    let pid = dir.join("run/dlm_controld/dlm_controld.pid");
+    let mode = std::fs::metadata(&pid)
+        .expect("pid file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644);
+}

@@ -359,7 +359,11 @@ mod tests {
         assert_eq!(g.admit(ROOT).err(), Some(Refused::Total));
         drop(a1);
         let r3 = g.admit(ROOT).expect("root takes the freed place");
-        assert_eq!(g.admit(1000).err(), Some(Refused::Total), "the total is full");
+        assert_eq!(
+            g.admit(1000).err(),
+            Some(Refused::Total),
+            "the total is full"
+        );
         drop(r3);
         let _a3 = g.admit(1000).expect("a place freed");
         assert!(!_a3.is_root() && _r1.is_root());

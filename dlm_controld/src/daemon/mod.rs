@@ -17,7 +17,9 @@ mod startup;
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io;
+use std::io::Write as _;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,10 +105,12 @@ fn pid_file(seam: &KernelRoot) -> Result<fs::File, DaemonError> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(|e| DaemonError::Io("pid file directory", e))?;
     }
+    // the mode is ours, not the inherited umask's (0 would make it world-writable)
     let f = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o644)
         .open(&path)
         .map_err(|e| DaemonError::Io("pid file", e))?;
     let lock = f.try_clone().map_err(|e| DaemonError::Io("pid file", e))?;
@@ -115,7 +119,9 @@ fn pid_file(seam: &KernelRoot) -> Result<fs::File, DaemonError> {
         .map(std::mem::forget)
         .map_err(|_| DaemonError::AlreadyRunning(path.display().to_string()))?;
     f.set_len(0).map_err(|e| DaemonError::Io("pid file", e))?;
-    fs::write(&path, format!("{}\n", std::process::id()))
+    f.set_permissions(fs::Permissions::from_mode(0o644))
+        .map_err(|e| DaemonError::Io("pid file", e))?;
+    (&f).write_all(format!("{}\n", std::process::id()).as_bytes())
         .map_err(|e| DaemonError::Io("pid file", e))?;
     Ok(f)
 }
@@ -149,13 +155,23 @@ fn notify_ready() {
 /// How often to send `WATCHDOG=1`: half of `WATCHDOG_USEC` when systemd asks for a
 /// watchdog for this process (`WATCHDOG_PID` absent or ours), as `sd_watchdog_enabled`.
 fn watchdog_interval() -> Option<Duration> {
-    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
-    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
-        if pid.parse::<u32>().ok()? != std::process::id() {
+    watchdog_interval_of(
+        std::env::var("WATCHDOG_USEC").ok().as_deref(),
+        std::env::var("WATCHDOG_PID").ok().as_deref(),
+        std::process::id(),
+    )
+}
+
+/// [`watchdog_interval`] from the two variables' values: at least a millisecond (a zero
+/// period would make `tokio::time::interval` panic).
+fn watchdog_interval_of(usec: Option<&str>, pid: Option<&str>, ours: u32) -> Option<Duration> {
+    let usec: u64 = usec?.parse().ok()?;
+    if let Some(pid) = pid {
+        if pid.parse::<u32>().ok()? != ours {
             return None;
         }
     }
-    (usec > 0).then(|| Duration::from_micros(usec / 2))
+    (usec > 0).then(|| Duration::from_micros((usec / 2).max(1_000)))
 }
 
 /// Runs the daemon until SIGTERM/SIGINT with no lockspace left. Forks into the
@@ -493,6 +509,7 @@ async fn main_loop(
     let mut watchdog = watchdog_interval().map(tokio::time::interval);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut uevent_log = admission::LogEvery::default();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DaemonError::Io("SIGTERM handler", e))?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
@@ -534,7 +551,10 @@ async fn main_loop(
                     Ok(bytes) if bytes.is_empty() => return Err(DaemonError::Io("uevent source", io::Error::from(io::ErrorKind::UnexpectedEof))),
                     Ok(bytes) => handle_uevent(&config, &ctx, &bytes, &registry, &mut fsids),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
-                    Err(e) => return Err(DaemonError::Io("uevent source", e)),
+                    Err(e) => match crate::kernel::UeventLoss::of(&e) {
+                        Some(loss) => uevent_loss(loss, &e, &mut uevent_log),
+                        None => return Err(DaemonError::Io("uevent source", e)),
+                    },
                 }
             }
             ev = dg.group.next_event() => {
@@ -747,6 +767,18 @@ fn apply_control(
     }
 }
 
+/// A uevent read that failed without breaking the socket: counted, logged at most once a
+/// second, and the loop goes on.
+fn uevent_loss(loss: crate::kernel::UeventLoss, e: &io::Error, log: &mut admission::LogEvery) {
+    crate::metrics::get()
+        .uevents_lost
+        .with_label_values(&[loss.label()])
+        .inc();
+    if let Some(held) = log.allow(std::time::Instant::now()) {
+        tracing::error!("uevent socket: {e} ({held} more not logged)");
+    }
+}
+
 fn handle_uevent(
     config: &Config,
     ctx: &LsContext,
@@ -884,5 +916,22 @@ fn plock_request(
             }
         }
         None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watchdog_interval_is_half_and_never_zero() {
+        let ms = |u, p| watchdog_interval_of(u, p, 42).map(|d| d.as_micros());
+        assert_eq!(ms(Some("60000000"), None), Some(30_000_000));
+        assert_eq!(ms(Some("60000000"), Some("42")), Some(30_000_000));
+        assert_eq!(ms(Some("60000000"), Some("41")), None, "another process's");
+        assert_eq!(ms(Some("1"), None), Some(1_000), "WATCHDOG_USEC=1 panicked");
+        assert_eq!(ms(Some("0"), None), None);
+        assert_eq!(ms(Some("x"), None), None);
+        assert_eq!(ms(None, None), None);
     }
 }

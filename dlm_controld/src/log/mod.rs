@@ -104,7 +104,10 @@ pub fn init(logfile: Option<&Path>, sinks: Sinks) {
         if let Some(dir) = p.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        OpenOptions::new().create(true).append(true).open(p).ok()
+        // the mode is ours, not the inherited umask's
+        std::os::unix::fs::OpenOptionsExt::mode(OpenOptions::new().create(true).append(true), 0o644)
+            .open(p)
+            .ok()
     });
     if sinks.syslog {
         // SAFETY: the ident is a 'static C string, as openlog requires (it keeps the pointer).
