@@ -360,6 +360,15 @@ impl LsCore {
     /// `_receive_plock` gating: ignored before our snapshot point, saved during the
     /// transfer, held while stopped, applied otherwise.
     fn deliver_plock(&mut self, e: &LsEnv<'_>, from: u32, info: PlockInfo, out: &mut Vec<Action>) {
+        // `receive_plock`'s check: a node asks only for itself (the engine would refuse it
+        // at apply time, silently)
+        if u32::try_from(info.nodeid).ok() != Some(from) {
+            out.push(Action::Dropped {
+                from,
+                why: format!("plock request names node {}", info.nodeid),
+            });
+            return;
+        }
         if self.need_plocks && !self.save_plocks {
             return;
         }

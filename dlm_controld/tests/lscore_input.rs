@@ -51,11 +51,47 @@ fn dropped(actions: &[Action]) -> Option<(u32, &str)> {
     }
 }
 
+/// A core of node 1 that has started as the lockspace's only member (it has the table, so
+/// a delivered PLOCK is applied, not ignored as a fresh joiner ignores it).
+fn started(name: LockspaceName) -> LsCore {
+    let mut core = LsCore::new(name, 1, true, 0x5eed);
+    let f = NoFence;
+    let env = LsEnv {
+        now: 10,
+        now_ms: 10_000,
+        quorate: true,
+        cluster_ring_seq: 1,
+        quorum_required: true,
+        fencing_enabled: false,
+        fencing: &f,
+    };
+    let us = dlm_cpg::Member {
+        nodeid: 1,
+        pid: 1,
+        reason: dlm_cpg::Reason::from_raw(1),
+    };
+    let sent = core.event(
+        &env,
+        Event::ConfChg {
+            members: vec![us],
+            left: vec![],
+            joined: vec![us],
+        },
+    );
+    for a in sent {
+        if let Action::Send(payload) = a {
+            deliver(&mut core, 1, payload);
+        }
+    }
+    assert!(!core.kernel_stopped(), "the lockspace started");
+    core
+}
+
 #[test]
 fn malformed_and_foreign_messages_are_dropped_with_a_reason() {
     let name = LockspaceName::new(b"foo").expect("name");
     let gid = global_id(&name);
-    let mut core = LsCore::new(name, 1, true, 0x5eed);
+    let mut core = started(name);
     let info = PlockInfo {
         version: PLOCK_VERSION,
         op: PlockOp::LOCK,
@@ -63,7 +99,7 @@ fn malformed_and_foreign_messages_are_dropped_with_a_reason() {
         wait: false,
         flags: PlockFlags(0),
         pid: 5,
-        nodeid: 2,
+        nodeid: 1,
         rv: 0,
         fsid: gid,
         number: 9,
@@ -76,24 +112,46 @@ fn malformed_and_foreign_messages_are_dropped_with_a_reason() {
         ..DlmHeader::new(Version3(version), MsgType::PLOCK, sender)
     };
 
-    let a = deliver(&mut core, 2, vec![1, 2, 3]);
+    let a = deliver(&mut core, 1, vec![1, 2, 3]);
     let (from, why) = dropped(&a).expect("garbage dropped");
-    assert_eq!(from, 2);
+    assert_eq!(from, 1);
     assert!(!why.is_empty());
 
     let msg = encode_plock_msg(&header([3, 1, 1], 3), &info).to_vec();
-    let a = deliver(&mut core, 2, msg);
+    let a = deliver(&mut core, 1, msg);
     let (_, why) = dropped(&a).expect("wrong sender dropped");
     assert!(why.contains("node 3"), "{why}");
 
-    let msg = encode_plock_msg(&header([2, 0, 0], 2), &info).to_vec();
-    let a = deliver(&mut core, 2, msg);
+    let msg = encode_plock_msg(&header([2, 0, 0], 1), &info).to_vec();
+    let a = deliver(&mut core, 1, msg);
     let (_, why) = dropped(&a).expect("old protocol dropped");
     assert!(why.contains("not 3.1"), "{why}");
 
-    let mut truncated = encode_plock_msg(&header([3, 1, 1], 2), &info).to_vec();
+    let mut truncated = encode_plock_msg(&header([3, 1, 1], 1), &info).to_vec();
     truncated.truncate(50);
-    assert!(dropped(&deliver(&mut core, 2, truncated)).is_some());
+    assert!(dropped(&deliver(&mut core, 1, truncated)).is_some());
+
+    // a request that names another node than its sender (C logs it; it was dropped silently)
+    let lie = PlockInfo { nodeid: 2, ..info };
+    let a = deliver(
+        &mut core,
+        1,
+        encode_plock_msg(&header([3, 1, 1], 1), &lie).to_vec(),
+    );
+    let (_, why) = dropped(&a).expect("a plock for another node dropped");
+    assert!(why.contains("node 2"), "{why}");
     // none of it touched the table
     assert_eq!(core.plocks().lock_count(), 0);
+
+    // while the same request, well formed, does: the checks above could fail
+    let a = deliver(
+        &mut core,
+        1,
+        encode_plock_msg(&header([3, 1, 1], 1), &info).to_vec(),
+    );
+    assert_eq!(core.plocks().lock_count(), 1);
+    assert!(
+        matches!(a.as_slice(), [Action::Reply(r)] if r.rv == 0),
+        "{a:?}"
+    );
 }

@@ -136,6 +136,8 @@ struct Shell {
     conf: LockspaceConf,
     group: LsGroup,
     ctx: LsContext,
+    /// Dropped messages are logged at most once a second.
+    drop_log: super::admission::LogEvery,
 }
 
 impl Shell {
@@ -216,7 +218,12 @@ impl Shell {
                 }
                 Action::Dropped { from, why } => {
                     self.metrics.dropped.inc();
-                    tracing::error!(from, "dropped a message from node {from}: {why}");
+                    if let Some(held) = self.drop_log.allow(std::time::Instant::now()) {
+                        tracing::error!(
+                            from,
+                            "dropped a message from node {from}: {why} ({held} more not logged)"
+                        );
+                    }
                     Ok(())
                 }
                 Action::Left => startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0)
@@ -368,6 +375,7 @@ pub(crate) async fn run(
         conf,
         group,
         ctx: ctx.clone(),
+        drop_log: super::admission::LogEvery::default(),
     };
     ls.drain();
     let mut last_flush = Flush::Empty;
