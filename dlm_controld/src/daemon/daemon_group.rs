@@ -271,8 +271,23 @@ impl DaemonGroup {
         failed
     }
 
+    /// Multicasts behind whatever corosync pushed back earlier (`mcast` queues it then).
     fn send(&mut self, bytes: &[u8]) {
         if let Err(e) = self.group.mcast(bytes) {
+            tracing::error!("dlm:controld: multicast: {e}");
+        }
+    }
+
+    /// Whether messages wait for corosync to take them (see [`Self::flush`]).
+    pub(crate) fn backlog(&mut self) -> bool {
+        self.group.queued() > 0
+    }
+
+    /// Sends what corosync pushed back (TRY_AGAIN), in order; the main loop calls it while
+    /// [`Self::backlog`] holds — a FENCE_RESULT left in the queue would keep every
+    /// lockspace of the cluster waiting for fencing.
+    pub(crate) fn flush(&mut self) {
+        if let Err(e) = self.group.try_flush() {
             tracing::error!("dlm:controld: multicast: {e}");
         }
     }

@@ -544,7 +544,10 @@ async fn main_loop(
         if quit && registry.lock().is_ok_and(|m| m.is_empty()) {
             return Ok(());
         }
+        let backlog = dg.backlog();
         tokio::select! {
+            // corosync pushed back: retry the daemon group's queue soon, not never
+            () = tokio::time::sleep(Duration::from_millis(20)), if backlog => dg.flush(),
             r = uevents.readable() => {
                 let Ok(mut guard) = r else { continue };
                 match guard.get_inner().0.try_recv() {
