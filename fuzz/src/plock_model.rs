@@ -13,7 +13,10 @@ const NODES: [u32; 3] = [1, 2, 3];
 
 /// One input.
 pub fn run(bytes: &[u8]) {
-    let mut engines: Vec<Lockspace> = NODES.iter().map(|&n| Lockspace::new(n, FSID, u64::from(n) * 0x1234_5677)).collect();
+    let mut engines: Vec<Lockspace> = NODES
+        .iter()
+        .map(|&n| Lockspace::new(n, FSID, u64::from(n) * 0x1234_5677))
+        .collect();
     let mut models: Vec<Model> = NODES.iter().map(|&n| Model::new(n as i32, FSID)).collect();
     let mut sent: Vec<PlockInfo> = Vec::new();
     for (t, s) in bytes.chunks_exact(6).enumerate() {
