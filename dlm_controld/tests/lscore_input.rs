@@ -23,19 +23,22 @@ impl FenceView for NoFence {
     }
 }
 
-fn deliver(core: &mut LsCore, from: u32, payload: Vec<u8>) -> Vec<Action> {
-    let f = NoFence;
-    let env = LsEnv {
+/// The quorate, unfenced world every input of these tests meets.
+fn env(f: &NoFence) -> LsEnv<'_> {
+    LsEnv {
         now: 10,
         now_ms: 10_000,
         quorate: true,
         cluster_ring_seq: 1,
         quorum_required: true,
         fencing_enabled: false,
-        fencing: &f,
-    };
+        fencing: f,
+    }
+}
+
+fn deliver(core: &mut LsCore, from: u32, payload: Vec<u8>) -> Vec<Action> {
     core.event(
-        &env,
+        &env(&NoFence),
         Event::Deliver {
             nodeid: from,
             pid: 1,
@@ -55,23 +58,13 @@ fn dropped(actions: &[Action]) -> Option<(u32, &str)> {
 /// a delivered PLOCK is applied, not ignored as a fresh joiner ignores it).
 fn started(name: LockspaceName) -> LsCore {
     let mut core = LsCore::new(name, 1, true, 0x5eed);
-    let f = NoFence;
-    let env = LsEnv {
-        now: 10,
-        now_ms: 10_000,
-        quorate: true,
-        cluster_ring_seq: 1,
-        quorum_required: true,
-        fencing_enabled: false,
-        fencing: &f,
-    };
     let us = dlm_cpg::Member {
         nodeid: 1,
         pid: 1,
         reason: dlm_cpg::Reason::from_raw(1),
     };
     let sent = core.event(
-        &env,
+        &env(&NoFence),
         Event::ConfChg {
             members: vec![us],
             left: vec![],
