@@ -333,7 +333,7 @@ const UEVENT_MAX: usize = 8192;
 
 impl UeventSource {
     /// Receives one raw uevent if one is queued (`WouldBlock` otherwise); a longer one than
-    /// [`UEVENT_MAX`] is an `InvalidData` error (see [`UeventLoss::of`]), not a cut event.
+    /// 8 KiB is an `InvalidData` error (see [`UeventLoss::of`]), not a cut event.
     pub fn try_recv(&self) -> io::Result<Vec<u8>> {
         let mut buf = vec![0u8; UEVENT_MAX];
         let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_TRUNC;
