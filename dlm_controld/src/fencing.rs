@@ -172,7 +172,18 @@ pub struct FenceNode {
     pub need_fence_clear: u32,
     /// It announced fence-in-progress-unknown (startup without startup fencing).
     pub fipu: bool,
+    /// The monotonic second the last failed FENCE_RESULT for it was received in (every
+    /// member receives the same ones): no agent for it starts again within that second
+    /// (see [`AGENT_RETRY_SECS`]).
+    pub failed_result_at: Option<u64>,
 }
+
+/// After a failed FENCE_RESULT for a node, no agent for it starts anywhere until this many
+/// seconds have begun: real agents power-cycle machines through a BMC or a hypervisor, and C
+/// notices an agent's exit only at its once-a-second poll, so the cluster retries about once
+/// a second (measured: 9–10 runs in 13 s). Without it a failing agent ran every ~10 ms, and
+/// a device whose arguments cannot be built failed at message speed.
+pub const AGENT_RETRY_SECS: u64 = 1;
 
 /// Fencing as a node sees it; also the lockspaces' view of it.
 #[derive(Debug, Clone)]
@@ -381,6 +392,7 @@ impl Fencing {
         n.fence_pid = 0;
         n.result_wait = false;
         n.pos = 0;
+        n.failed_result_at = None;
         n.left_reason = why;
         n.fail_monotime = mono;
         n.fail_walltime = wall;
@@ -644,7 +656,8 @@ impl Fencing {
             n.fenced_by_rejoin = false;
             n.actor_done = from;
         } else {
-            // the next lowest actor tries
+            // the next lowest actor tries, at C's pace
+            n.failed_result_at = Some(env.now);
             n.actors.remove(&from);
             if n.actors.is_empty() && self.opts.repeat_failed {
                 out.push(Out::Log(
@@ -933,6 +946,16 @@ impl Fencing {
                     format!("fence request {nodeid} defer to {actor}"),
                 ));
                 continue;
+            }
+            if let Some(at) = n.failed_result_at.map(|t| t + AGENT_RETRY_SECS) {
+                if env.now < at {
+                    out.push(Out::Log(
+                        false,
+                        format!("fence request {nodeid} retry at {at} after a failed agent"),
+                    ));
+                    retry = true;
+                    continue;
+                }
             }
             let extra = format!("fail_time={}\n", n.fail_walltime);
             let request = match n.methods.get(n.pos) {

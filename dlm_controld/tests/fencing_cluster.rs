@@ -204,6 +204,12 @@ fn failed_node_is_fenced_before_its_lockspaces_restart() {
     // (repeat_failed_fencing): meanwhile nothing restarts
     assert!(s.wait_runs(3), "agents ran {} times", s.runs());
     s.assert_stopped();
+    // at C's pace, about once a second across the cluster (a failing agent used to be
+    // re-run every ~10 ms: hundreds in these four seconds)
+    let before = s.runs();
+    std::thread::sleep(Duration::from_secs(4));
+    let more = s.runs() - before;
+    assert!((1..=8).contains(&more), "{more} agent runs in 4 s");
     let log = std::fs::read_to_string(&s.log).expect("agent log");
     let first = log.split("run\n").nth(1).expect("a run");
     let prefix = format!("log={}\nnode=3\nfail_time=", s.log.display());

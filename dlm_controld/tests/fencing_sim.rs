@@ -403,18 +403,47 @@ fn a_failed_agent_passes_to_the_next_actor_then_repeats() {
     c.crash(3);
     assert_eq!(c.node(1).agents.len(), 1);
     c.agent_exits(1, 3, 1);
-    // node 1 failed: node 2 is the next actor
+    // node 1 failed: node 2 is the next actor, from the next second on (C's pace)
     assert!(c.node(2).fence.needs_fencing(3));
+    assert!(c.node(2).agents.is_empty(), "{:?}", c.node(2).log);
+    c.tick(1);
     assert_eq!(c.node(2).agents.len(), 1, "{:?}", c.node(2).log);
     assert_eq!(c.node(1).agents.len(), 1);
     c.agent_exits(2, 3, 2);
     // every actor failed: repeat_failed_fencing restores the list, node 1 tries again
+    assert_eq!(c.node(1).agents.len(), 1, "not within the same second");
+    c.tick(1);
     assert_eq!(c.node(1).agents.len(), 2, "{:?}", c.node(1).log);
     assert!(c.node(1).fence.needs_fencing(3));
     c.agent_exits(1, 3, 0);
     assert!(!c.node(2).fence.needs_fencing(3));
     let f = c.node(2).fence.nodes().find(|(i, _)| *i == 3).expect("3").1;
     assert_eq!(f.actor_done, 1);
+}
+
+/// An agent that always fails (a dead BMC) is retried about once a second across the
+/// cluster, as C does, however fast it fails: here it fails at once, as often as it is run.
+#[test]
+fn a_failing_agent_is_retried_at_cs_pace() {
+    let mut c = three(5, "");
+    c.tick(20);
+    c.crash(3);
+    for _ in 0..13 {
+        // within one second, every agent that runs fails at once, again and again
+        for _ in 0..1_000 {
+            let Some(&actor) = [1, 2]
+                .iter()
+                .find(|&&id| c.node(id).running.contains_key(&3))
+            else {
+                break;
+            };
+            c.agent_exits(actor, 3, 1);
+        }
+        c.tick(1);
+    }
+    let runs = c.node(1).agents.len() + c.node(2).agents.len();
+    assert!((12..=15).contains(&runs), "{runs} agent runs in 13 s");
+    assert!(c.node(1).fence.needs_fencing(3), "still unfenced");
 }
 
 #[test]
