@@ -304,3 +304,26 @@ fn minority_partition_grants_nothing() {
     drop(c);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A lockspace member whose daemon dies while its corosync runs on (CPG reason PROCDOWN) is
+/// removed from the cluster, as C's `kick_node_from_cluster` does: its kernel would
+/// otherwise stay in the lockspace with nobody to answer for it. With fencing off (here),
+/// nothing else would.
+#[test]
+fn a_member_whose_daemon_dies_is_removed_from_the_cluster() {
+    let (mut c, base, kernels, mut daemons) = start_all("kick");
+    for k in &kernels {
+        join(k);
+    }
+    for k in &kernels {
+        assert!(k.wait_records(T, |r| members(r) == vec![1, 2, 3]));
+    }
+    drop(daemons.pop());
+    assert!(
+        c.exits_within(3, T),
+        "node 3's corosync was not told to leave after its daemon died"
+    );
+    drop(daemons);
+    drop(kernels);
+    let _ = std::fs::remove_dir_all(&base);
+}

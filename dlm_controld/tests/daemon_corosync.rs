@@ -190,3 +190,48 @@ fn pushed_back_requests_wait_in_the_send_queue() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A leave that corosync pushes back (`cpg_leave` answers TRY_AGAIN) is tried again until
+/// corosync takes it; then the leave completes (event_done) as usual. It used to be logged
+/// and forgotten: the unmount hung and the name stayed registered.
+#[test]
+fn a_pushed_back_leave_is_retried() {
+    let cs = Corosync::start("leaveback");
+    let dir = std::env::temp_dir().join(format!("dlm-leaveback-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
+    let hold = dir.join("hold-leave");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let d = start(
+        &cs,
+        &dir,
+        &k,
+        &[
+            ("LD_PRELOAD", shim.as_os_str()),
+            ("DLM_PUSHBACK_LEAVE_FILE", hold.as_os_str()),
+        ],
+    );
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_joined("foo", T), "join never completed");
+    let dones = |r: &[Record]| writes(r, "sys/kernel/dlm/foo/event_done").len();
+    assert_eq!(dones(&k.records()), 1);
+    std::fs::write(&hold, b"").expect("hold");
+    k.release("foo").expect("offline uevent");
+    assert!(
+        !k.wait_records(Duration::from_millis(800), |r| dones(r) == 2),
+        "the leave completed while corosync refused it"
+    );
+    std::fs::remove_file(&hold).expect("release");
+    assert!(
+        k.wait_records(T, |r| dones(r) == 2),
+        "the leave never completed once corosync took it"
+    );
+    assert_eq!(
+        writes(&k.records(), "sys/kernel/dlm/foo/event_done")[1],
+        b"0\0".to_vec()
+    );
+    drop(d);
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -512,3 +512,43 @@ fn the_pid_file_ignores_a_zero_umask() {
         .mode();
     assert_eq!(mode & 0o777, 0o644);
 }
+
+/// A configfs error while leaving (a node directory that will not go) is logged; the leave
+/// still ends: event_done is written and the name unregistered, so a new join of the same
+/// lockspace is served. It used to skip both: the unmount hung.
+#[test]
+fn a_configfs_error_does_not_stop_a_leave() {
+    let dir = root("leaverr");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("leaverr").expect("netns");
+    let _d = start(&ns, &dir);
+    assert!(k.wait_daemon(T), "the daemon never listened for uevents");
+    let dones = |r: &[Record]| writes(r, "sys/kernel/dlm/foo/event_done");
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_records(T, |r| dones(r).len() == 1), "join");
+    std::fs::create_dir_all(dir.join(format!("{C}/spaces/foo/nodes/1/stuck"))).expect("mkdir");
+    k.release("foo").expect("offline uevent");
+    assert!(
+        k.wait_records(T, |r| dones(r).len() == 2),
+        "the leave never ended"
+    );
+    assert_eq!(dones(&k.records())[1], b"0\0".to_vec());
+    // a new join of foo starts (the fake kernel records one lockspace's life only: the
+    // daemon's own log shows the second start)
+    assert!(k.announce("foo").expect("announce again"));
+    let tool = Path::new(env!("CARGO_BIN_EXE_dlm_controld")).with_file_name("dlm_tool");
+    let started = || {
+        let out = ns.command(&tool.display().to_string()).arg("dump").output();
+        out.map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .matches("foo start_kernel")
+                .count()
+        })
+        .unwrap_or(0)
+    };
+    let end = std::time::Instant::now() + T;
+    while started() < 2 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(started(), 2, "a new join was not served");
+}

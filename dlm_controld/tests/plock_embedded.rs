@@ -245,3 +245,28 @@ fn rate_limit_paces_the_reads() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A lockspace left while a process still waits in F_SETLKW (a forced leave): the waiter
+/// is answered -EEXIST, as a request for a lockspace that is gone, instead of never; the
+/// holder's lock needs no answer. Every request read from the kernel gets one reply.
+#[test]
+fn a_waiter_is_answered_when_its_lockspace_ends() {
+    let (dir, k, _ns, _d, fsid) = start("lsend", &[]);
+    k.send_plock(&req(PlockOp::LOCK, 1, true, false, 0, 9, fsid))
+        .expect("send");
+    assert_eq!(reply(&k).rv, 0);
+    k.send_plock(&req(PlockOp::LOCK, 2, true, true, 0, 9, fsid))
+        .expect("send");
+    assert!(
+        k.recv_plock(Duration::from_millis(300)).is_none(),
+        "owner 2 waits"
+    );
+    k.release("foo").expect("offline uevent");
+    let r = reply(&k);
+    assert_eq!((r.owner, r.wait, r.rv), (2, true, -17), "{r:?}");
+    assert!(
+        k.recv_plock(Duration::from_millis(300)).is_none(),
+        "one reply only"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

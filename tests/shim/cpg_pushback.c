@@ -3,6 +3,7 @@
  * environment variable DLM_PUSHBACK_FILE exists, cpg_mcast_joined() answers
  * CS_ERR_TRY_AGAIN without sending, as corosync does when its queue is full or a
  * membership change is being synchronised. Otherwise the real function is called.
+ * Likewise cpg_leave() while the file named by DLM_PUSHBACK_LEAVE_FILE exists.
  * Used by dlm_controld/tests/daemon_corosync.rs.
  */
 #define _GNU_SOURCE
@@ -28,4 +29,20 @@ cs_error_t cpg_mcast_joined(cpg_handle_t handle, cpg_guarantee_t guarantee,
 	if (!real)
 		return CS_ERR_LIBRARY;
 	return real(handle, guarantee, iovec, iov_len);
+}
+
+typedef cs_error_t (*leave_fn)(cpg_handle_t, const struct cpg_name *);
+
+cs_error_t cpg_leave(cpg_handle_t handle, const struct cpg_name *group_name)
+{
+	static leave_fn real;
+	const char *hold = getenv("DLM_PUSHBACK_LEAVE_FILE");
+
+	if (hold && access(hold, F_OK) == 0)
+		return CS_ERR_TRY_AGAIN;
+	if (!real)
+		real = (leave_fn)dlsym(RTLD_NEXT, "cpg_leave");
+	if (!real)
+		return CS_ERR_LIBRARY;
+	return real(handle, group_name);
 }

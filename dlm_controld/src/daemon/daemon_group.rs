@@ -507,8 +507,8 @@ impl DaemonGroup {
     }
 }
 
-/// `kick_node_from_cluster`.
-fn kick(services: Option<&CorosyncServices>, nodeid: u32) {
+/// `kick_node_from_cluster`: corosync removes the node.
+pub(crate) fn kick(services: Option<&CorosyncServices>, nodeid: u32) {
     tracing::error!("tell corosync to remove nodeid {nodeid} from cluster");
     if let Some(s) = services {
         if let Err(e) = s.cfg.kill_node(nodeid, "dlm_controld") {

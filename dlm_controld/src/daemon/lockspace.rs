@@ -132,7 +132,10 @@ struct Shell {
     text: std::sync::Arc<str>,
     /// Local requests not yet answered, with the time each was read (for the latency
     /// histogram); identical outstanding requests queue in order.
-    pending: std::collections::HashMap<PendingKey, std::collections::VecDeque<std::time::Instant>>,
+    pending: std::collections::HashMap<
+        PendingKey,
+        std::collections::VecDeque<(std::time::Instant, PlockInfo)>,
+    >,
     conf: LockspaceConf,
     group: LsGroup,
     ctx: LsContext,
@@ -197,7 +200,12 @@ impl Shell {
                     }
                     Ok(())
                 }
-                Action::KickNode(_) => Ok(()),
+                // kick_node_from_cluster: a member whose daemon died (PROCDOWN) leaves the
+                // cluster, as C has it do
+                Action::KickNode(n) => {
+                    let _ = self.ctx.kick.send(n);
+                    Ok(())
+                }
                 Action::TransferSent { messages } => {
                     self.metrics.transfers[0].inc();
                     self.metrics.transfer_messages[0].inc_by(u64::from(messages));
@@ -226,13 +234,18 @@ impl Shell {
                     }
                     Ok(())
                 }
-                Action::Left => startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0)
-                    .and_then(|()| {
-                        unregister(&self.ctx, &self.text);
-                        self.ctx
-                            .seam
-                            .sysfs_write(self.core.name(), "event_done", "0")
-                    }),
+                // each step on its own: a configfs error must not keep the kernel waiting
+                Action::Left => {
+                    if let Err(e) =
+                        startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0)
+                    {
+                        tracing::error!("{e}");
+                    }
+                    unregister(&self.ctx, &self.text);
+                    self.ctx
+                        .seam
+                        .sysfs_write(self.core.name(), "event_done", "0")
+                }
             };
             if let Err(e) = r {
                 tracing::error!("{e}");
@@ -293,14 +306,43 @@ impl Shell {
         self.pending
             .entry(pending_key(info))
             .or_default()
-            .push_back(t0);
+            .push_back((t0, *info));
+    }
+
+    /// Every request still unanswered when the task ends — queued in `commands` or
+    /// outstanding here — is answered as for a lockspace that is gone: each request read
+    /// from the kernel gets one reply (a process in F_SETLKW would wait forever).
+    fn answer_the_rest(&mut self, commands: &mut mpsc::UnboundedReceiver<LsCommand>) {
+        commands.close();
+        while let Ok(cmd) = commands.try_recv() {
+            if let LsCommand::Plock(info, t0) = cmd {
+                self.track(&info, t0);
+            }
+        }
+        let Some(dev) = self.ctx.device.clone() else {
+            return;
+        };
+        let rest: Vec<PlockInfo> = self
+            .pending
+            .drain()
+            .flat_map(|(_, q)| q.into_iter().map(|(_, info)| info))
+            .collect();
+        if !rest.is_empty() {
+            tracing::error!(
+                "{} plock requests answered -EEXIST at the lockspace's end",
+                rest.len()
+            );
+        }
+        for info in rest {
+            super::answer_gone(&dev, &info);
+        }
     }
 
     fn count_reply(&mut self, info: &PlockInfo) {
         self.metrics.replies[crate::metrics::result_index(info.op, info.rv)].inc();
         let key = pending_key(info);
         if let Some(q) = self.pending.get_mut(&key) {
-            if let Some(t0) = q.pop_front() {
+            if let Some((t0, _)) = q.pop_front() {
                 self.metrics.seconds[usize::from(info.wait)].observe(t0.elapsed().as_secs_f64());
             }
             if q.is_empty() {
@@ -345,6 +387,33 @@ fn unregister(ctx: &LsContext, name: &str) {
     }
 }
 
+/// A `cpg_leave` that corosync pushed back (TRY_AGAIN), tried again until it is taken.
+#[derive(Debug, Default)]
+struct LeaveRetry {
+    pending: bool,
+    log: super::admission::LogEvery,
+}
+
+impl LeaveRetry {
+    const PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+    fn attempt(&mut self, group: &mut LsGroup) {
+        match group.leave() {
+            Err(dlm_cpg::CpgError::TryAgain) => {
+                if !self.pending || self.log.allow(std::time::Instant::now()).is_some() {
+                    tracing::debug!("cpg_leave retry");
+                }
+                self.pending = true;
+            }
+            Err(e) => {
+                self.pending = false;
+                tracing::error!("cpg_leave: {e}");
+            }
+            Ok(()) => self.pending = false,
+        }
+    }
+}
+
 /// The task of one lockspace, from `online@` to the end of its leave.
 pub(crate) async fn run(
     name: LockspaceName,
@@ -380,6 +449,7 @@ pub(crate) async fn run(
     ls.drain();
     let mut last_flush = Flush::Empty;
     let mut turns = 0u32;
+    let mut leave = LeaveRetry::default();
     while !ls.core.is_left() {
         // give the scheduler (and tokio's per-task budget) a turn now and then: while
         // deliveries stream in, the event branch is always ready and would otherwise keep
@@ -411,9 +481,7 @@ pub(crate) async fn run(
                 }
                 Some(LsCommand::Leave) => {
                     ls.core.leave();
-                    if let Err(e) = ls.group.leave() {
-                        tracing::error!("cpg_leave: {e}");
-                    }
+                    leave.attempt(&mut ls.group);
                 }
                 None => break,
             },
@@ -443,6 +511,10 @@ pub(crate) async fn run(
                     tokio::task::yield_now().await;
                 }
             }, if ls.group.queued() > 0 || ls.core.sending() => {}
+            // cpg_leave met TRY_AGAIN: again shortly, as cpg_join is retried
+            () = tokio::time::sleep(LeaveRetry::PAUSE), if leave.pending => {
+                leave.attempt(&mut ls.group);
+            }
         }
         ls.drain();
         // a state transfer going out: the next portion once corosync has taken the last
@@ -470,6 +542,7 @@ pub(crate) async fn run(
     // the group is finalized before the main task hears we are done: a join of the same
     // lockspace that follows at once must not meet our handle still in the group
     let done = ls.ctx.done.clone();
+    ls.answer_the_rest(&mut commands);
     if !ls.core.has_left() {
         // ended without a leave (corosync went away): still registered, nothing replaced us
         unregister(&ls.ctx, &text);

@@ -529,7 +529,9 @@ async fn main_loop(
     let mut fsids: BTreeMap<u32, Arc<str>> = BTreeMap::new();
     let mut rate = crate::rate::RateLimit::default();
     let mut paused_until: Option<tokio::time::Instant> = None;
+    let (kick_tx, mut kicks) = mpsc::unbounded_channel();
     let ctx = LsContext {
+        kick: kick_tx,
         device: device.clone(),
         seam: seam.clone(),
         our,
@@ -565,6 +567,7 @@ async fn main_loop(
                 dg.event(ev, services.as_ref());
             }
             Some(e) = exits.recv() => dg.agent_exit(e, services.as_ref()),
+            Some(n) = kicks.recv() => daemon_group::kick(services.as_ref(), n),
             Some(e) = run_exits.recv() => dg.run_exit(e),
             Some(c) = ctl_rx.recv() => {
                 let c = match c {
@@ -704,6 +707,8 @@ pub(crate) struct LsContext {
     pub(crate) registry: query::Registry,
     /// The plock device, for replies (`None` with `enable_plock=0`).
     pub(crate) device: Option<Arc<MiscDevice>>,
+    /// Nodes to have corosync remove (a lockspace member whose daemon died: PROCDOWN).
+    pub(crate) kick: mpsc::UnboundedSender<u32>,
 }
 
 fn fmt_value(v: &crate::config::Value) -> String {
@@ -904,21 +909,25 @@ fn plock_request(
         }
     }
     let task = name.and_then(|n| lockspaces.get(&**n));
-    match task {
-        Some(tx) => {
-            let _ = tx.send(LsCommand::Plock(info, std::time::Instant::now()));
-        }
-        None if !info.flags.close() => {
-            // no lockspace with that fsid (C crashes here)
-            let reply = dlm_proto::kernel::PlockInfo {
-                rv: -EEXIST,
-                ..info
-            };
-            if let Err(e) = device.write_record(&reply.encode()) {
-                tracing::error!("plock reply: {e}");
-            }
-        }
-        None => {}
+    let sent = task.map(|tx| tx.send(LsCommand::Plock(info, std::time::Instant::now())));
+    // no lockspace with that fsid (C crashes here), or its task has just ended
+    if !matches!(sent, Some(Ok(()))) {
+        answer_gone(device, &info);
+    }
+}
+
+/// The reply to a request whose lockspace is gone: -EEXIST, as C answers for an unknown
+/// fsid (a CLOSE has none).
+pub(crate) fn answer_gone(device: &MiscDevice, info: &dlm_proto::kernel::PlockInfo) {
+    if info.flags.close() {
+        return;
+    }
+    let reply = dlm_proto::kernel::PlockInfo {
+        rv: -EEXIST,
+        ..*info
+    };
+    if let Err(e) = device.write_record(&reply.encode()) {
+        tracing::error!("plock reply: {e}");
     }
 }
 
