@@ -599,6 +599,12 @@ impl LsCore {
         }
     }
 
+    /// Requests waiting here: our own unsent while the table comes, deliveries held while
+    /// the lockspace is stopped or our table goes out.
+    pub fn backlog(&self) -> usize {
+        self.unsent.len() + self.held.len()
+    }
+
     /// `set_lockspace_info`, for the query sockets.
     pub fn report(&self) -> LsReport {
         let (prev, next) = self.mem.query_changes();

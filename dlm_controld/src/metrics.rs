@@ -50,6 +50,10 @@ pub struct Metrics {
     pub connections: IntGauge,
     /// Uevent reads that failed and were gone on from, by reason (overrun, truncated, …).
     pub uevents_lost: IntCounterVec,
+    /// Plock requests read and not yet done with, over every lockspace.
+    pub plock_backlog: IntGauge,
+    /// Times reading the plock device paused at the backlog bound.
+    pub plock_read_pauses: IntCounter,
     /// Lines logged at error level (bad input included).
     pub errors: IntCounter,
     /// State transfers by lockspace and role (sent, received).
@@ -216,6 +220,16 @@ impl Metrics {
                 &r,
                 "dlm_socket_connections",
                 "Connections open on the local listeners",
+            ),
+            plock_backlog: gauge(
+                &r,
+                "dlm_plock_backlog",
+                "Plock requests read and not yet done with, every lockspace",
+            ),
+            plock_read_pauses: counter(
+                &r,
+                "dlm_plock_read_pauses_total",
+                "Times reading the plock device paused at the backlog bound",
             ),
             uevents_lost: counter_vec(
                 &r,
@@ -399,6 +413,8 @@ mod tests {
         m.accept_errors.with_label_values(&["main"]).inc();
         m.connections.set(2);
         m.uevents_lost.with_label_values(&["overrun"]).inc();
+        m.plock_backlog.set(7);
+        m.plock_read_pauses.inc();
         m.errors.inc();
         m.fence_attempts.with_label_values(&["fence_all"]).inc();
         m.fence_results.with_label_values(&["success"]).inc();
@@ -434,6 +450,8 @@ mod tests {
             "dlm_socket_accept_errors_total",
             "dlm_socket_connections",
             "dlm_uevent_errors_total",
+            "dlm_plock_backlog",
+            "dlm_plock_read_pauses_total",
             "dlm_errors_total",
             "dlm_fence_agent_runs_total",
             "dlm_fence_agent_results_total",

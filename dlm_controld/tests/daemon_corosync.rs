@@ -235,3 +235,78 @@ fn a_pushed_back_leave_is_retried() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// CLOSE unlocks need no reply, so a loop of open and close makes them at CPU speed; while
+/// corosync pushes back they pile up. Past the backlog bound (4096) the daemon stops reading
+/// the device — the kernel queues them, here the fake kernel's socket — and says so in
+/// `dlm_plock_read_pauses_total`; once corosync takes messages all are processed, in order
+/// (a LOCK sent after them is answered).
+#[test]
+fn the_plock_backlog_is_bounded() {
+    use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+
+    let cs = Corosync::start("backlog");
+    let dir = std::env::temp_dir().join(format!("dlm-backlog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
+    let hold = dir.join("hold");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let d = start(
+        &cs,
+        &dir,
+        &k,
+        &[
+            ("LD_PRELOAD", shim.as_os_str()),
+            ("DLM_PUSHBACK_FILE", hold.as_os_str()),
+        ],
+    );
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_joined("foo", T), "join never completed");
+    let fsid = dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"));
+    let req = |op, flags, number| PlockInfo {
+        version: PLOCK_VERSION,
+        op,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(flags),
+        pid: 100,
+        nodeid: 0,
+        rv: 0,
+        fsid,
+        number,
+        start: 0,
+        end: 9,
+        owner: 7,
+    };
+    let metric = |name: &str| dlm_tests::metric_in_ns(&cs.netns, name);
+    std::fs::write(&hold, b"").expect("hold");
+    std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            for i in 0..6_000u64 {
+                k.send_plock(&req(PlockOp::UNLOCK, 1, i))
+                    .expect("send a CLOSE");
+            }
+            k.send_plock(&req(PlockOp::LOCK, 0, 99_999))
+                .expect("send a LOCK");
+        });
+        let paused = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            metric("dlm_plock_read_pauses_total") >= 1.0
+        });
+        let backlog = metric("dlm_plock_backlog");
+        let queued = metric("dlm_cpg_send_queue{lockspace=\"foo\"}");
+        // released before any assertion: a failure must not leave the sender blocked
+        std::fs::remove_file(&hold).expect("release");
+        sender.join().expect("sender");
+        assert!(paused, "reading never paused");
+        // the bound, give or take the read in flight and the LOCK
+        assert!((4_000.0..=4_100.0).contains(&backlog), "backlog {backlog}");
+        assert!(queued <= 4_100.0, "send queue {queued}");
+    });
+    let r = k.recv_plock(T).expect("the LOCK after them is answered");
+    assert_eq!((r.number, r.rv), (99_999, 0));
+    drop(d);
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -40,6 +40,8 @@ fn random_seed() -> u64 {
     std::hash::RandomState::new().hash_one(std::process::id())
 }
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -52,6 +54,23 @@ fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
         }
     }
     out
+}
+
+/// Plock requests read from the device and not yet done with, over every lockspace —
+/// queued for a task, waiting in a core (unsent while the table comes, held while the
+/// lockspace is stopped) or in a send queue corosync has not taken — beyond which the device
+/// is not read: the kernel queues them and their processes wait there, instead of this
+/// daemon's memory growing while a lockspace is stopped or corosync pushes back (CLOSEs need
+/// no reply, so a loop of open and close would otherwise fill it at CPU speed).
+pub(crate) const BACKLOG_MAX: usize = 4096;
+
+/// The backlog is over [`BACKLOG_MAX`] (and its gauge is set).
+pub(crate) fn over_backlog(backlog: &AtomicUsize) -> bool {
+    let n = backlog.load(Ordering::Relaxed);
+    crate::metrics::get()
+        .plock_backlog
+        .set(i64::try_from(n).unwrap_or(i64::MAX));
+    n > BACKLOG_MAX
 }
 
 /// Messages of one batch sent at once; the rest wait in the queue (see `perform`).
@@ -141,6 +160,8 @@ struct Shell {
     ctx: LsContext,
     /// Dropped messages are logged at most once a second.
     drop_log: super::admission::LogEvery,
+    /// This task's share of the daemon's backlog last published.
+    backlog: usize,
 }
 
 impl Shell {
@@ -173,9 +194,7 @@ impl Shell {
                     event_done,
                 } => {
                     // set_protocol_stateful: this daemon now has lockspace state
-                    self.ctx
-                        .stateful
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    self.ctx.stateful.store(true, Ordering::Relaxed);
                     self.start_kernel(write_id, &members, &renew, event_done)
                 }
                 Action::Send(bytes) => {
@@ -307,6 +326,22 @@ impl Shell {
             .entry(pending_key(info))
             .or_default()
             .push_back((t0, *info));
+    }
+
+    /// Publishes this task's own backlog (its core's waiting requests, its send queue).
+    fn publish_backlog(&mut self) {
+        let now = self.core.backlog() + self.group.queued();
+        self.publish_backlog_as(now);
+    }
+
+    fn publish_backlog_as(&mut self, now: usize) {
+        let b = &self.ctx.backlog;
+        if now > self.backlog {
+            b.fetch_add(now - self.backlog, Ordering::Relaxed);
+        } else {
+            b.fetch_sub(self.backlog - now, Ordering::Relaxed);
+        }
+        self.backlog = now;
     }
 
     /// Every request still unanswered when the task ends — queued in `commands` or
@@ -445,6 +480,7 @@ pub(crate) async fn run(
         group,
         ctx: ctx.clone(),
         drop_log: super::admission::LogEvery::default(),
+        backlog: 0,
     };
     ls.drain();
     let mut last_flush = Flush::Empty;
@@ -467,6 +503,7 @@ pub(crate) async fn run(
                     ls.perform(a);
                 }
                 Some(LsCommand::Plock(info, t0)) => {
+                    ls.ctx.backlog.fetch_sub(1, Ordering::Relaxed);
                     ls.track(&info, t0);
                     let a = ls.core.request(&info);
                     ls.perform(a);
@@ -531,6 +568,7 @@ pub(crate) async fn run(
             }
             Err(e) => tracing::error!("multicast: {e}"),
         }
+        ls.publish_backlog();
     }
     // what is still queued goes out before the task ends (a leave's last messages)
     for _ in 0..5000 {
@@ -543,6 +581,8 @@ pub(crate) async fn run(
     // lockspace that follows at once must not meet our handle still in the group
     let done = ls.ctx.done.clone();
     ls.answer_the_rest(&mut commands);
+    ls.backlog = 0;
+    ls.publish_backlog_as(0);
     if !ls.core.has_left() {
         // ended without a leave (corosync went away): still registered, nothing replaced us
         unregister(&ls.ctx, &text);

@@ -529,8 +529,11 @@ async fn main_loop(
     let mut fsids: BTreeMap<u32, Arc<str>> = BTreeMap::new();
     let mut rate = crate::rate::RateLimit::default();
     let mut paused_until: Option<tokio::time::Instant> = None;
+    let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut backlogged = false;
     let (kick_tx, mut kicks) = mpsc::unbounded_channel();
     let ctx = LsContext {
+        backlog: backlog.clone(),
         kick: kick_tx,
         device: device.clone(),
         seam: seam.clone(),
@@ -546,10 +549,10 @@ async fn main_loop(
         if quit && registry.lock().is_ok_and(|m| m.is_empty()) {
             return Ok(());
         }
-        let backlog = dg.backlog();
+        let dg_backlog = dg.backlog();
         tokio::select! {
             // corosync pushed back: retry the daemon group's queue soon, not never
-            () = tokio::time::sleep(Duration::from_millis(20)), if backlog => dg.flush(),
+            () = tokio::time::sleep(Duration::from_millis(20)), if dg_backlog => dg.flush(),
             r = uevents.readable() => {
                 let Ok(mut guard) = r else { continue };
                 match guard.get_inner().0.try_recv() {
@@ -605,7 +608,11 @@ async fn main_loop(
                     None => std::future::pending().await,
                 }
             } => paused_until = None,
-            r = readable(plock_fd.as_ref()), if paused_until.is_none() => {
+            // over the backlog bound the device is not read: the kernel queues the requests
+            () = tokio::time::sleep(Duration::from_millis(10)), if backlogged => {
+                backlogged = lockspace::over_backlog(&backlog);
+            }
+            r = readable(plock_fd.as_ref()), if paused_until.is_none() && !backlogged => {
                 let Ok(mut guard) = r else { continue };
                 // every request queued, per wakeup (C reads one per poll), unless
                 // plock_rate_limit says to pause; readiness is kept for after the pause
@@ -616,10 +623,15 @@ async fn main_loop(
                         paused_until = Some(tokio::time::Instant::now() + wait);
                         break;
                     }
+                    if lockspace::over_backlog(&backlog) {
+                        crate::metrics::get().plock_read_pauses.inc();
+                        backlogged = true;
+                        break;
+                    }
                     let mut buf = [0u8; 128];
                     match guard.get_inner().0.try_read_record(&mut buf) {
                         Ok(0) => return Err(DaemonError::Io("plock device", io::Error::from(io::ErrorKind::UnexpectedEof))),
-                        Ok(n) => plock_request(&buf[..n], our, &fsids, &registry, &guard.get_inner().0),
+                        Ok(n) => plock_request(&buf[..n], our, &fsids, &registry, &guard.get_inner().0, &backlog),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                             guard.clear_ready();
                             break;
@@ -709,6 +721,9 @@ pub(crate) struct LsContext {
     pub(crate) device: Option<Arc<MiscDevice>>,
     /// Nodes to have corosync remove (a lockspace member whose daemon died: PROCDOWN).
     pub(crate) kick: mpsc::UnboundedSender<u32>,
+    /// Plock requests read and not yet done with, over every lockspace (see
+    /// [`lockspace::BACKLOG_MAX`]).
+    pub(crate) backlog: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn fmt_value(v: &crate::config::Value) -> String {
@@ -874,6 +889,7 @@ fn plock_request(
     fsids: &BTreeMap<u32, Arc<str>>,
     registry: &query::Registry,
     device: &MiscDevice,
+    backlog: &std::sync::atomic::AtomicUsize,
 ) {
     let Ok(lockspaces) = registry.lock() else {
         return;
@@ -910,8 +926,10 @@ fn plock_request(
     }
     let task = name.and_then(|n| lockspaces.get(&**n));
     let sent = task.map(|tx| tx.send(LsCommand::Plock(info, std::time::Instant::now())));
-    // no lockspace with that fsid (C crashes here), or its task has just ended
-    if !matches!(sent, Some(Ok(()))) {
+    if matches!(sent, Some(Ok(()))) {
+        backlog.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    } else {
+        // no lockspace with that fsid (C crashes here), or its task has just ended
         answer_gone(device, &info);
     }
 }
