@@ -51,32 +51,52 @@ impl Lockspace {
     /// Every lock and waiter, resources in creation order, locks in list order then waiters
     /// in FIFO order — the order of C's dump. `now` gives the ages.
     pub fn dump(&self, now: u64) -> impl Iterator<Item = DumpEntry> + '_ {
-        self.resources_in_order().flat_map(move |r| {
-            let number = self.res(r).number;
-            let locks = self.locks_of(r).map(move |(start, end, l)| DumpEntry {
-                number,
-                ex: l.ex,
-                start,
-                end,
-                nodeid: l.nodeid,
-                pid: l.pid,
-                owner: l.owner,
-                waiting: false,
-                age_ms: l.age_ms(now),
-            });
-            let waiters = self.waiters_of(r).map(move |w| DumpEntry {
-                number,
-                ex: w.info.ex,
-                start: w.info.start,
-                end: w.info.end,
-                nodeid: w.info.nodeid,
-                pid: w.info.pid,
-                owner: w.info.owner,
-                waiting: true,
-                age_ms: now.saturating_sub(w.since),
-            });
-            locks.chain(waiters)
-        })
+        self.resources_in_order()
+            .flat_map(move |r| self.entries_of(r, now))
+    }
+
+    /// The resource numbers in creation order: the plan of a dump taken in portions
+    /// ([`Self::dump_of`] for each), so that the table changes between portions (a portion
+    /// shows each resource as it is then; one gone meanwhile is skipped, one created
+    /// meanwhile is not in this dump).
+    pub fn resource_numbers(&self) -> Vec<u64> {
+        self.resources_in_order()
+            .map(|r| self.res(r).number)
+            .collect()
+    }
+
+    /// The dump lines of resource `number` as [`Self::dump`] has them (none if it is gone).
+    pub fn dump_of(&self, number: u64, now: u64) -> impl Iterator<Item = DumpEntry> + '_ {
+        self.find(number)
+            .into_iter()
+            .flat_map(move |r| self.entries_of(r, now))
+    }
+
+    fn entries_of(&self, r: u32, now: u64) -> impl Iterator<Item = DumpEntry> + '_ {
+        let number = self.res(r).number;
+        let locks = self.locks_of(r).map(move |(start, end, l)| DumpEntry {
+            number,
+            ex: l.ex,
+            start,
+            end,
+            nodeid: l.nodeid,
+            pid: l.pid,
+            owner: l.owner,
+            waiting: false,
+            age_ms: l.age_ms(now),
+        });
+        let waiters = self.waiters_of(r).map(move |w| DumpEntry {
+            number,
+            ex: w.info.ex,
+            start: w.info.start,
+            end: w.info.end,
+            nodeid: w.info.nodeid,
+            pid: w.info.pid,
+            owner: w.info.owner,
+            waiting: true,
+            age_ms: now.saturating_sub(w.since),
+        });
+        locks.chain(waiters)
     }
 
     /// C's dump text in one string (tests and small tables; the daemon streams [`Self::dump`]).

@@ -108,6 +108,15 @@ async fn refuse(
             .inc();
         return Ok(());
     };
+    // the body too (bounded, in the same time), so the client's write of it does not meet a
+    // closed socket (EPIPE) before it reads our answer
+    let mut extra = vec![0u8; Request::extra_len(&h).min(EXTRA_SIZE)];
+    if tokio::time::timeout(permit.header_timeout(), s.read_exact(&mut extra))
+        .await
+        .is_err()
+    {
+        return Ok(());
+    }
     let label = h.command.name().unwrap_or("unknown");
     m.socket_requests
         .with_label_values(&["main", label, "refused"])

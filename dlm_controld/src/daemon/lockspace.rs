@@ -26,13 +26,10 @@ pub enum LsCommand {
     Plock(PlockInfo, std::time::Instant),
     /// A query: the lockspace's state for `dlm_tool ls`.
     Query(tokio::sync::oneshot::Sender<LsReport>),
-    /// A query: the plock table as `dlm_tool plocks` prints it, lines optionally ending in
-    /// ` age_ms <n>`.
-    DumpPlocks(tokio::sync::oneshot::Sender<String>, bool),
+    /// A query: the next portion of a plock dump (`None`: a new one, with ages or not).
+    DumpPlocks(Option<DumpJob>, bool, tokio::sync::oneshot::Sender<DumpJob>),
 }
 
-/// The table in C's text (`copy_plock_state`), in one pass; with `ages` each line ends in
-/// ` age_ms <n>`.
 /// A seed no local user can know: std's per-process random hash keys (drawn from the OS),
 /// for the plock table's index shapes.
 fn random_seed() -> u64 {
@@ -42,18 +39,46 @@ fn random_seed() -> u64 {
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn dump_text(t: &dlm_plock::Lockspace, ages: bool) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    for e in t.dump(crate::clock::monotonic_ms()) {
-        if ages {
-            let line = e.to_string();
-            let _ = writeln!(out, "{} age_ms {}", line.trim_end(), e.age_ms);
-        } else {
-            let _ = write!(out, "{e}");
+/// Lines of the plock dump made per portion (about 500 KiB of text): between portions the
+/// task serves plock requests and events, so a dump of 10⁶ locks never holds the table's
+/// task for the whole text (about 200 ms).
+const DUMP_PORTION_LINES: usize = 8192;
+
+/// A plock dump taken in portions (C's `copy_plock_state` text; with `ages` each line ends
+/// in ` age_ms <n>`): the resources it covers, in creation order as the table had them when
+/// it began, how far it got, and its text so far.
+#[derive(Debug)]
+pub struct DumpJob {
+    numbers: Vec<u64>,
+    next: usize,
+    ages: bool,
+    pub(crate) text: String,
+}
+
+impl DumpJob {
+    /// Every resource of the plan is in the text.
+    pub fn done(&self) -> bool {
+        self.next >= self.numbers.len()
+    }
+
+    /// Appends whole resources to the text until at least a portion's lines are added.
+    fn portion(&mut self, t: &dlm_plock::Lockspace) {
+        use std::fmt::Write;
+        let now = crate::clock::monotonic_ms();
+        let mut lines = 0;
+        while lines < DUMP_PORTION_LINES && !self.done() {
+            for e in t.dump_of(self.numbers[self.next], now) {
+                lines += 1;
+                if self.ages {
+                    let line = e.to_string();
+                    let _ = writeln!(self.text, "{} age_ms {}", line.trim_end(), e.age_ms);
+                } else {
+                    let _ = write!(self.text, "{e}");
+                }
+            }
+            self.next += 1;
         }
     }
-    out
 }
 
 /// Plock requests read from the device and not yet done with, over every lockspace —
@@ -513,8 +538,15 @@ pub(crate) async fn run(
                     r.send_queue = ls.group.queued();
                     let _ = reply.send(r);
                 }
-                Some(LsCommand::DumpPlocks(reply, ages)) => {
-                    let _ = reply.send(dump_text(ls.core.plocks(), ages));
+                Some(LsCommand::DumpPlocks(job, ages, reply)) => {
+                    let mut job = job.unwrap_or_else(|| DumpJob {
+                        numbers: ls.core.plocks().resource_numbers(),
+                        next: 0,
+                        ages,
+                        text: String::new(),
+                    });
+                    job.portion(ls.core.plocks());
+                    let _ = reply.send(job);
                 }
                 Some(LsCommand::Leave) => {
                     ls.core.leave();

@@ -38,7 +38,7 @@ use crate::kernel::{KernelRoot, MiscDevice, SeamError};
 use daemon_group::{DaemonGroup, FenceFacts};
 
 pub use crate::lscore::LsReport;
-pub use lockspace::LsCommand;
+pub use lockspace::{DumpJob, LsCommand};
 
 /// Which group implementation carries the daemon's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -75,6 +75,32 @@ const ENOSPC: i32 = 28;
 /// Largest payload a reply header's `len` (u32, header included) can describe.
 const MAX_REPLY: usize = u32::MAX as usize - HEADER_SIZE;
 
+/// Plock dumps being made at once; further ones wait their turn (each holds up to its text,
+/// about 100 MB at 10⁶ locks uncapped, and a share of its lockspace task's time).
+const DUMPS_AT_ONCE: usize = 2;
+static DUMPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(DUMPS_AT_ONCE);
+
+/// A lockspace's plock dump, asked for a portion at a time (the task serves its requests in
+/// between), up to `cap` bytes: a capped dump (C's dlm_tool, 1 MiB) stops there.
+/// `None` when the lockspace ends first.
+async fn plock_dump(
+    tx: &mpsc::UnboundedSender<LsCommand>,
+    ages: bool,
+    cap: usize,
+) -> Option<String> {
+    let _turn = DUMPS.acquire().await.ok()?;
+    let mut job = None;
+    loop {
+        let (rtx, rrx) = oneshot::channel();
+        tx.send(LsCommand::DumpPlocks(job.take(), ages, rtx)).ok()?;
+        let j = rrx.await.ok()?;
+        if j.done() || j.text.len() >= cap {
+            return Some(j.text);
+        }
+        job = Some(j);
+    }
+}
+
 async fn report(reg: &Registry, name: &str) -> Option<LsReport> {
     let tx = reg.lock().ok()?.get(name)?.clone();
     let (rtx, rrx) = oneshot::channel();
@@ -333,12 +359,15 @@ async fn answer(
         Request::DumpPlocks(name) => {
             let n = name.to_str_lossy().into_owned();
             let tx = reg.lock().ok().and_then(|m| m.get(&n).cloned());
+            // the real dlm_tool reads at most DLMC_DUMP_SIZE: whole lines up to it,
+            // unless the client asked for everything (our dlm_tool does)
+            let cap = if h.flags & FLAG_UNCAPPED_DUMP != 0 {
+                MAX_REPLY
+            } else {
+                DUMP_SIZE
+            };
             let text = match tx {
-                Some(tx) => {
-                    let (rtx, rrx) = oneshot::channel();
-                    let _ = tx.send(LsCommand::DumpPlocks(rtx, h.flags & FLAG_DUMP_AGES != 0));
-                    rrx.await.ok()
-                }
+                Some(tx) => plock_dump(&tx, h.flags & FLAG_DUMP_AGES != 0, cap).await,
                 None => None,
             };
             match text {
@@ -350,13 +379,6 @@ async fn answer(
                     Vec::new(),
                 ),
                 Some(t) => {
-                    // the real dlm_tool reads at most DLMC_DUMP_SIZE: whole lines up to it,
-                    // unless the client asked for everything (our dlm_tool does)
-                    let cap = if h.flags & FLAG_UNCAPPED_DUMP != 0 {
-                        MAX_REPLY
-                    } else {
-                        DUMP_SIZE
-                    };
                     let mut end = t.len();
                     let mut data = 0;
                     if end >= cap {

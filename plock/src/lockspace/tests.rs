@@ -167,3 +167,60 @@ fn a_known_seed_costs_time_not_the_stack() {
         .join()
         .expect("no stack overflow");
 }
+
+/// A dump taken in portions (the daemon's way): resource by resource from the plan made at
+/// its start, it equals the one-pass dump of an unchanged table; a resource gone meanwhile
+/// is skipped, one created meanwhile is not in it, and the others show as they are then.
+#[test]
+fn a_dump_in_portions_follows_its_plan() {
+    let mut ls = Lockspace::new(1, 7, 9);
+    let mut out = Vec::new();
+    let lock = |number: u64, owner: u64, op| PlockInfo {
+        version: PLOCK_VERSION,
+        op,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 1,
+        nodeid: 1,
+        rv: 0,
+        fsid: 7,
+        number,
+        start: owner * 10,
+        end: owner * 10 + 5,
+        owner,
+    };
+    for number in [30, 10, 20] {
+        for owner in 1..=2 {
+            ls.apply(0, 1, &lock(number, owner, PlockOp::LOCK), &mut out)
+                .expect("lock");
+        }
+    }
+    let plan = ls.resource_numbers();
+    assert_eq!(plan, [30, 10, 20], "creation order");
+    let portions: String = plan
+        .iter()
+        .flat_map(|&n| ls.dump_of(n, 0))
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(portions, ls.dump_text());
+
+    // between portions: 10 goes, 40 comes, 20 gains a lock
+    let first: String = ls.dump_of(plan[0], 0).map(|e| e.to_string()).collect();
+    for owner in 1..=2 {
+        ls.apply(0, 1, &lock(10, owner, PlockOp::UNLOCK), &mut out)
+            .expect("unlock");
+    }
+    ls.apply(0, 1, &lock(40, 1, PlockOp::LOCK), &mut out)
+        .expect("lock");
+    ls.apply(0, 1, &lock(20, 3, PlockOp::LOCK), &mut out)
+        .expect("lock");
+    let rest: String = plan[1..]
+        .iter()
+        .flat_map(|&n| ls.dump_of(n, 0))
+        .map(|e| e.to_string())
+        .collect();
+    assert!(first.lines().all(|l| l.starts_with("30 ")) && first.lines().count() == 2);
+    assert_eq!(rest.lines().count(), 3, "{rest}");
+    assert!(rest.lines().all(|l| l.starts_with("20 ")), "{rest}");
+}
