@@ -54,6 +54,8 @@ pub struct Metrics {
     pub plock_backlog: IntGauge,
     /// Times reading the plock device paused at the backlog bound.
     pub plock_read_pauses: IntCounter,
+    /// Log lines for syslog, the log file or stderr dropped: the writer's queue was full.
+    pub log_lines_dropped: IntCounter,
     /// Lines logged at error level (bad input included).
     pub errors: IntCounter,
     /// State transfers by lockspace and role (sent, received).
@@ -230,6 +232,11 @@ impl Metrics {
                 &r,
                 "dlm_plock_read_pauses_total",
                 "Times reading the plock device paused at the backlog bound",
+            ),
+            log_lines_dropped: counter(
+                &r,
+                "dlm_log_lines_dropped_total",
+                "Log lines for syslog, the log file or stderr dropped at a full writer queue",
             ),
             uevents_lost: counter_vec(
                 &r,
@@ -415,6 +422,7 @@ mod tests {
         m.uevents_lost.with_label_values(&["overrun"]).inc();
         m.plock_backlog.set(7);
         m.plock_read_pauses.inc();
+        m.log_lines_dropped.inc();
         m.errors.inc();
         m.fence_attempts.with_label_values(&["fence_all"]).inc();
         m.fence_results.with_label_values(&["success"]).inc();
@@ -452,6 +460,7 @@ mod tests {
             "dlm_uevent_errors_total",
             "dlm_plock_backlog",
             "dlm_plock_read_pauses_total",
+            "dlm_log_lines_dropped_total",
             "dlm_errors_total",
             "dlm_fence_agent_runs_total",
             "dlm_fence_agent_results_total",

@@ -270,3 +270,45 @@ fn a_waiter_is_answered_when_its_lockspace_ends() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Log output that blocks (stderr a pipe nobody reads, with `-D -P` two lines per request)
+/// stalls no plock request: lines for syslog, the log file and stderr are written by a
+/// thread of their own, never under the lock the plock path takes, and are dropped and
+/// counted when it falls behind. It used to stop answering once the pipe was full.
+#[test]
+fn a_blocked_log_sink_stalls_no_plock_request() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-logblock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("logblock").expect("netns");
+    let mut child = ns
+        .command(env!("CARGO_BIN_EXE_dlm_controld"))
+        .args(["--kernel-root", &dir.display().to_string()])
+        .args(["--cluster", "embedded", "-D", "-P"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start dlm_controld");
+    // held, never read: the pipe (64 KiB) fills
+    let _stderr = child.stderr.take();
+    let _d = Daemon(child);
+    assert!(k.wait_daemon(T));
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_joined("foo", T));
+    let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
+    // more lines than the writer's queue (8192) and the pipe hold together
+    for i in 0..6_000u64 {
+        let start = 10 * i;
+        k.send_plock(&req(PlockOp::LOCK, 1, true, false, start, start + 1, fsid))
+            .expect("send");
+        let r = k
+            .recv_plock(T)
+            .expect("a reply while the log sink is blocked");
+        assert_eq!(r.rv, 0, "request {i}");
+    }
+    assert!(
+        dlm_tests::metric_in_ns(&ns.0, "dlm_log_lines_dropped_total") > 0.0,
+        "the lines that found the queue full are counted"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -193,6 +193,7 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     if let Err(e) = &r {
         tracing::error!("{e}");
     }
+    crate::log::flush();
     r
 }
 

@@ -65,8 +65,85 @@ pub struct Sinks {
 struct Logger {
     debug: Ring,
     plock: PlockRing,
+    /// The log file, until [`init`] hands it to the writer thread.
     file: Option<File>,
     sinks: Sinks,
+    /// The writer thread's queue, once [`init`] started it.
+    writer: Option<std::sync::mpsc::SyncSender<Output>>,
+}
+
+/// A line for a sink outside the process: written by the writer thread, never under the
+/// logger's lock (a stalled syslog or disk must not stall a plock request that records its
+/// line in the ring).
+enum Output {
+    Syslog(libc::c_int, std::ffi::CString),
+    File(String),
+    Stderr(String),
+    /// Everything queued before it is written: answer.
+    Flush(std::sync::mpsc::SyncSender<()>),
+}
+
+/// Lines waiting for the writer; past it they are dropped and counted.
+const WRITER_QUEUE: usize = 8192;
+
+impl Logger {
+    /// Hands `out` to the writer thread, or writes it here before there is one.
+    fn emit(&mut self, out: Output) {
+        match &self.writer {
+            Some(tx) => {
+                if tx.try_send(out).is_err() {
+                    crate::metrics::get().log_lines_dropped.inc();
+                }
+            }
+            None => write_out(&mut self.file, out),
+        }
+    }
+}
+
+fn write_out(file: &mut Option<File>, out: Output) {
+    match out {
+        Output::Syslog(level, c) => {
+            // SAFETY: both strings are NUL-terminated; "%s" consumes exactly one argument.
+            unsafe { libc::syslog(level, c"%s".as_ptr(), c.as_ptr()) };
+        }
+        Output::File(line) => {
+            if let Some(f) = file.as_mut() {
+                let _ = f.write_all(line.as_bytes());
+            }
+        }
+        Output::Stderr(line) => {
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+        Output::Flush(done) => {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// The writer thread: syslog, the log file and stderr, in the order lines were logged.
+fn start_writer(mut file: Option<File>) -> Option<std::sync::mpsc::SyncSender<Output>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(WRITER_QUEUE);
+    std::thread::Builder::new()
+        .name("dlm_log".into())
+        .spawn(move || {
+            while let Ok(out) = rx.recv() {
+                write_out(&mut file, out);
+            }
+        })
+        .ok()?;
+    Some(tx)
+}
+
+/// Waits (up to a second) until the writer thread has written every line queued so far:
+/// before the process exits.
+pub fn flush() {
+    let tx = logger().lock().ok().and_then(|l| l.writer.clone());
+    if let Some(tx) = tx {
+        let (done, wait) = std::sync::mpsc::sync_channel(1);
+        if tx.send(Output::Flush(done)).is_ok() {
+            let _ = wait.recv_timeout(std::time::Duration::from_secs(1));
+        }
+    }
 }
 
 static LOGGER: OnceLock<Mutex<Logger>> = OnceLock::new();
@@ -81,6 +158,7 @@ fn logger() -> &'static Mutex<Logger> {
             plock: PlockRing::default(),
             file: None,
             sinks: Sinks::default(),
+            writer: None,
         })
     })
 }
@@ -114,8 +192,11 @@ pub fn init(logfile: Option<&Path>, sinks: Sinks) {
         unsafe { libc::openlog(c"dlm_controld".as_ptr(), libc::LOG_PID, libc::LOG_LOCAL4) };
     }
     if let Ok(mut l) = logger().lock() {
-        l.file = file;
         l.sinks = sinks;
+        match start_writer(file) {
+            Some(tx) => l.writer = Some(tx),
+            None => tracing::warn!("log writer thread: not started, writing inline"),
+        }
     }
 }
 
@@ -218,8 +299,7 @@ pub fn emit(line: &Line) {
     }
     if line.level <= Level::Info && l.sinks.syslog {
         if let Ok(c) = std::ffi::CString::new(text.trim_end()) {
-            // SAFETY: both strings are NUL-terminated; "%s" consumes exactly one argument.
-            unsafe { libc::syslog(line.level as libc::c_int, c"%s".as_ptr(), c.as_ptr()) };
+            l.emit(Output::Syslog(line.level as libc::c_int, c));
         }
     }
     let json = l.sinks.json.then(|| {
@@ -232,13 +312,11 @@ pub fn emit(line: &Line) {
         let out = json
             .clone()
             .unwrap_or_else(|| format!("{} {text}", stamp()));
-        if let Some(f) = l.file.as_mut() {
-            let _ = f.write_all(out.as_bytes());
-        }
+        l.emit(Output::File(out));
     }
     if l.sinks.stderr && (!line.plock_only || l.sinks.plock_stderr) {
-        let out = json.as_deref().unwrap_or(&text);
-        let _ = std::io::stderr().write_all(out.as_bytes());
+        let out = json.unwrap_or(text);
+        l.emit(Output::Stderr(out));
     }
 }
 
@@ -325,12 +403,10 @@ pub fn plock_op(ls: &std::sync::Arc<str>, line: PlockLine, info: &dlm_proto::ker
         } else {
             format!("{} {text}", stamp())
         };
-        if let Some(f) = l.file.as_mut() {
-            let _ = f.write_all(line.as_bytes());
-        }
+        l.emit(Output::File(line));
     }
     if stderr {
-        let _ = std::io::stderr().write_all(out.as_bytes());
+        l.emit(Output::Stderr(out));
     }
 }
 
