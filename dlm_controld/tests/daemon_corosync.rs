@@ -310,3 +310,64 @@ fn the_plock_backlog_is_bounded() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The daemon group's queue is flushed too: a RUN request multicast while corosync pushes
+/// back waits in the queue and goes out once corosync takes messages again. It used to wait
+/// forever behind the first TRY_AGAIN — and so would a FENCE_RESULT, keeping every
+/// lockspace of the cluster in `wait fencing`.
+#[test]
+fn the_daemon_group_sends_what_corosync_pushed_back() {
+    use std::os::unix::fs::PermissionsExt;
+    let cs = Corosync::start("dgpush");
+    let dir = std::env::temp_dir().join(format!("dlm-dgpush-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
+    let hold = dir.join("hold");
+    let log = dir.join("lvm.log");
+    let lvm = bin.join("lvm");
+    let script = format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display());
+    std::fs::write(&lvm, script).expect("lvm");
+    std::fs::set_permissions(&lvm, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let root = dir.join("root");
+    let k = FakeKernel::start(&root).expect("fake kernel");
+    let env = [
+        ("LD_PRELOAD", shim.as_os_str()),
+        ("DLM_PUSHBACK_FILE", hold.as_os_str()),
+        ("PATH", std::ffi::OsStr::new(&path)),
+    ];
+    let d = start(&cs, &root, &k, &env);
+    std::fs::write(&hold, b"").expect("hold");
+    let ours = std::path::Path::new(env!("CARGO_BIN_EXE_dlm_controld")).with_file_name("dlm_tool");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &cs.netns])
+        .arg(&ours)
+        .args(["run_start", "-n", "lvm lvs"])
+        .output()
+        .expect("dlm_tool run_start");
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.contains("run_uuid: "), "{out}");
+    std::thread::sleep(Duration::from_millis(500));
+    let ran = || std::fs::read_to_string(&log).unwrap_or_default();
+    let early = ran();
+    std::fs::remove_file(&hold).expect("release");
+    assert_eq!(early, "", "nothing runs while corosync pushes back");
+    let end = std::time::Instant::now() + T;
+    while ran().is_empty() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        ran(),
+        "lvs\n",
+        "the request went out once corosync took messages"
+    );
+    drop(d);
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
