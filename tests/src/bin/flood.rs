@@ -7,36 +7,52 @@
 
 use std::io::{BufRead, Write};
 use std::net::TcpStream;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixStream};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use dlm_proto::query::{MAIN_SOCK_NAME, QUERY_SOCK_NAME};
 
-/// Up to `n` connections to an abstract socket; how many were made.
-fn unix(name: &[u8], n: usize, held: &mut Vec<UnixStream>) -> usize {
-    let Ok(addr) = SocketAddr::from_abstract_name(name) else {
-        return 0;
-    };
-    (0..n)
-        .filter(|_| {
-            UnixStream::connect_addr(&addr)
-                .map(|s| held.push(s))
-                .is_ok()
-        })
-        .count()
+/// One connection to an abstract socket, without blocking: a daemon that stopped
+/// accepting (its listen queue full) is retried for about 20 ms, then given up on.
+fn connect_abstract(name: &[u8]) -> Option<OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+    let addr = UnixAddr::new_abstract(name).ok()?;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .ok()?;
+    for _ in 0..20 {
+        match connect(fd.as_raw_fd(), &addr) {
+            Ok(()) => return Some(fd),
+            Err(nix::errno::Errno::EAGAIN) => std::thread::sleep(Duration::from_millis(1)),
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
-fn tcp(n: usize, held: &mut Vec<TcpStream>) -> usize {
-    let addr = ([127, 0, 0, 1], 9465).into();
-    (0..n)
-        .filter(|_| {
-            TcpStream::connect_timeout(&addr, Duration::from_secs(1))
-                .map(|s| held.push(s))
-                .is_ok()
-        })
-        .count()
+/// Up to `n` connections made by `connect`, held in `held`; how many were made. Gives up
+/// after 50 failures in a row (a daemon that stopped accepting).
+fn flood<T>(n: usize, held: &mut Vec<T>, mut connect: impl FnMut() -> Option<T>) -> usize {
+    let (mut made, mut failed) = (0, 0);
+    for _ in 0..n {
+        match connect() {
+            Some(c) => {
+                held.push(c);
+                made += 1;
+                failed = 0;
+            }
+            None => failed += 1,
+        }
+        if failed == 50 {
+            break;
+        }
+    }
+    made
 }
 
 fn main() -> ExitCode {
@@ -47,8 +63,8 @@ fn main() -> ExitCode {
         eprintln!("usage: flood N");
         return ExitCode::from(2);
     };
-    // a daemon that stops accepting must fail the test, not hang it: a blocked connect
-    // ends the flood after a minute and a half
+    // a daemon that stops accepting must fail the test, not hang it: the flood ends by
+    // itself after a minute and a half
     std::thread::spawn(|| {
         std::thread::sleep(Duration::from_secs(90));
         eprintln!("flood: gave up");
@@ -56,9 +72,12 @@ fn main() -> ExitCode {
         std::process::exit(3);
     });
     let (mut socks, mut streams) = (Vec::new(), Vec::new());
-    let main = unix(MAIN_SOCK_NAME, n, &mut socks);
-    let query = unix(QUERY_SOCK_NAME, n, &mut socks);
-    let metrics = tcp(n, &mut streams);
+    let main = flood(n, &mut socks, || connect_abstract(MAIN_SOCK_NAME));
+    let query = flood(n, &mut socks, || connect_abstract(QUERY_SOCK_NAME));
+    let addr = ([127, 0, 0, 1], 9465).into();
+    let metrics = flood(n, &mut streams, || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()
+    });
     println!("opened {main} {query} {metrics}");
     let _ = std::io::stdout().flush();
     // hold until told to stop
