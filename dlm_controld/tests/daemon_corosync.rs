@@ -8,6 +8,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use dlm_proto::kernel::{PlockFlags, PlockInfo, PlockOp};
 use dlm_tests::{Daemon, FakeKernel, Record, writes};
 use support::Corosync;
 
@@ -113,58 +114,85 @@ fn lockspace_on_real_corosync() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// corosync pushing back: while `cpg_mcast_joined` answers CS_ERR_TRY_AGAIN (an LD_PRELOAD
-/// shim makes it, as corosync does with a full queue or during a membership sync), plock
-/// requests wait in the lockspace's send queue, `dlm_cpg_send_queue` shows them and
+/// One corosync node, a fake kernel and our daemon under the push-back shim
+/// (`tests/shim/cpg_pushback.c`): corosync answers TRY_AGAIN to `cpg_mcast_joined` while
+/// `hold` exists and to `cpg_leave` while `hold_leave` exists, as it does with a full queue
+/// or during a membership sync.
+struct PushBack {
+    dir: std::path::PathBuf,
+    hold: std::path::PathBuf,
+    hold_leave: std::path::PathBuf,
+    // dropped in this order: the daemon, the kernel, corosync
+    d: Option<Daemon>,
+    k: FakeKernel,
+    cs: Corosync,
+}
+
+impl PushBack {
+    /// Started with `env` added (the shim's variables are set here).
+    fn start(tag: &str, env: &[(&str, &std::ffi::OsStr)]) -> Self {
+        let cs = Corosync::start(tag);
+        let dir = std::env::temp_dir().join(format!("dlm-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
+        let (hold, hold_leave) = (dir.join("hold"), dir.join("hold-leave"));
+        let root = dir.join("root");
+        let k = FakeKernel::start(&root).expect("fake kernel");
+        let mut all = vec![
+            ("LD_PRELOAD", shim.as_os_str()),
+            ("DLM_PUSHBACK_FILE", hold.as_os_str()),
+            ("DLM_PUSHBACK_LEAVE_FILE", hold_leave.as_os_str()),
+        ];
+        all.extend_from_slice(env);
+        let d = Some(start(&cs, &root, &k, &all));
+        Self {
+            dir,
+            hold,
+            hold_leave,
+            d,
+            k,
+            cs,
+        }
+    }
+
+    fn join_foo(&self) {
+        assert!(self.k.announce("foo").expect("announce"));
+        assert!(self.k.wait_joined("foo", T), "join never completed");
+    }
+
+    fn metric(&self, series: &str) -> f64 {
+        dlm_tests::metric_in_ns(&self.cs.netns, series)
+    }
+}
+
+impl Drop for PushBack {
+    fn drop(&mut self) {
+        drop(self.d.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A LOCK of owner 7 on inode `number` of foo, bytes 0-9.
+fn lock(number: u64) -> PlockInfo {
+    dlm_tests::foo_request(PlockOp::LOCK, 7, number, false, 0, 9)
+}
+
+/// corosync pushing back: while `cpg_mcast_joined` answers CS_ERR_TRY_AGAIN, plock requests
+/// wait in the lockspace's send queue, `dlm_cpg_send_queue` shows them and
 /// `dlm_cpg_try_again_total` counts the retries; nothing is answered before it is ordered.
 /// Once corosync takes messages again, every request is answered, in request order.
 #[test]
 fn pushed_back_requests_wait_in_the_send_queue() {
-    use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-
-    let cs = Corosync::start("pushback");
-    let dir = std::env::temp_dir().join(format!("dlm-pushback-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
-    let hold = dir.join("hold");
-    let k = FakeKernel::start(&dir).expect("fake kernel");
-    let d = start(
-        &cs,
-        &dir,
-        &k,
-        &[
-            ("LD_PRELOAD", shim.as_os_str()),
-            ("DLM_PUSHBACK_FILE", hold.as_os_str()),
-        ],
-    );
-    assert!(k.announce("foo").expect("announce"));
-    assert!(k.wait_joined("foo", T), "join never completed");
-    let fsid = dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"));
-    let series =
-        |name: &str| dlm_tests::metric_in_ns(&cs.netns, &format!("{name}{{lockspace=\"foo\"}}"));
+    let p = PushBack::start("pushback", &[]);
+    p.join_foo();
+    let series = |name: &str| p.metric(&format!("{name}{{lockspace=\"foo\"}}"));
     assert_eq!(series("dlm_cpg_try_again_total"), 0.0);
 
-    std::fs::write(&hold, b"").expect("hold");
-    let reqs: Vec<PlockInfo> = (0..20u64)
-        .map(|i| PlockInfo {
-            version: PLOCK_VERSION,
-            op: PlockOp::LOCK,
-            ex: true,
-            wait: false,
-            flags: PlockFlags(0),
-            pid: 100,
-            nodeid: 0,
-            rv: 0,
-            fsid,
-            number: 1000 + i,
-            start: 0,
-            end: 9,
-            owner: 7,
-        })
-        .collect();
+    std::fs::write(&p.hold, b"").expect("hold");
+    let reqs: Vec<PlockInfo> = (0..20u64).map(|i| lock(1000 + i)).collect();
     for r in &reqs {
-        k.send_plock(r).expect("send");
+        p.k.send_plock(r).expect("send");
     }
     // queued, not answered: nothing was ordered
     let queued = (0..100)
@@ -175,20 +203,17 @@ fn pushed_back_requests_wait_in_the_send_queue() {
         .find(|&q| q >= 20.0);
     assert_eq!(queued, Some(20.0), "the 20 requests never showed queued");
     assert!(series("dlm_cpg_try_again_total") >= 1.0);
-    assert!(k.recv_plock_raw(Duration::from_millis(300)).is_none());
+    assert!(p.k.recv_plock_raw(Duration::from_millis(300)).is_none());
 
-    std::fs::remove_file(&hold).expect("release");
+    std::fs::remove_file(&p.hold).expect("release");
     for r in &reqs {
-        let raw = k
-            .recv_plock_raw(T)
-            .expect("a reply once corosync takes messages");
+        let raw =
+            p.k.recv_plock_raw(T)
+                .expect("a reply once corosync takes messages");
         let got = PlockInfo::decode(&raw).expect("a plock record");
         assert_eq!((got.number, got.rv), (r.number, 0));
     }
     assert_eq!(series("dlm_cpg_send_queue"), 0.0);
-    drop(d);
-    drop(k);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A leave that corosync pushes back (`cpg_leave` answers TRY_AGAIN) is tried again until
@@ -196,44 +221,25 @@ fn pushed_back_requests_wait_in_the_send_queue() {
 /// and forgotten: the unmount hung and the name stayed registered.
 #[test]
 fn a_pushed_back_leave_is_retried() {
-    let cs = Corosync::start("leaveback");
-    let dir = std::env::temp_dir().join(format!("dlm-leaveback-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
-    let hold = dir.join("hold-leave");
-    let k = FakeKernel::start(&dir).expect("fake kernel");
-    let d = start(
-        &cs,
-        &dir,
-        &k,
-        &[
-            ("LD_PRELOAD", shim.as_os_str()),
-            ("DLM_PUSHBACK_LEAVE_FILE", hold.as_os_str()),
-        ],
-    );
-    assert!(k.announce("foo").expect("announce"));
-    assert!(k.wait_joined("foo", T), "join never completed");
+    let p = PushBack::start("leaveback", &[]);
+    p.join_foo();
     let dones = |r: &[Record]| writes(r, "sys/kernel/dlm/foo/event_done").len();
-    assert_eq!(dones(&k.records()), 1);
-    std::fs::write(&hold, b"").expect("hold");
-    k.release("foo").expect("offline uevent");
+    assert_eq!(dones(&p.k.records()), 1);
+    std::fs::write(&p.hold_leave, b"").expect("hold");
+    p.k.release("foo").expect("offline uevent");
     assert!(
-        !k.wait_records(Duration::from_millis(800), |r| dones(r) == 2),
+        !p.k.wait_records(Duration::from_millis(800), |r| dones(r) == 2),
         "the leave completed while corosync refused it"
     );
-    std::fs::remove_file(&hold).expect("release");
+    std::fs::remove_file(&p.hold_leave).expect("release");
     assert!(
-        k.wait_records(T, |r| dones(r) == 2),
+        p.k.wait_records(T, |r| dones(r) == 2),
         "the leave never completed once corosync took it"
     );
     assert_eq!(
-        writes(&k.records(), "sys/kernel/dlm/foo/event_done")[1],
+        writes(&p.k.records(), "sys/kernel/dlm/foo/event_done")[1],
         b"0\0".to_vec()
     );
-    drop(d);
-    drop(k);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// CLOSE unlocks need no reply, so a loop of open and close makes them at CPU speed; while
@@ -243,72 +249,36 @@ fn a_pushed_back_leave_is_retried() {
 /// (a LOCK sent after them is answered).
 #[test]
 fn the_plock_backlog_is_bounded() {
-    use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-
-    let cs = Corosync::start("backlog");
-    let dir = std::env::temp_dir().join(format!("dlm-backlog-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
-    let hold = dir.join("hold");
-    let k = FakeKernel::start(&dir).expect("fake kernel");
-    let d = start(
-        &cs,
-        &dir,
-        &k,
-        &[
-            ("LD_PRELOAD", shim.as_os_str()),
-            ("DLM_PUSHBACK_FILE", hold.as_os_str()),
-        ],
-    );
-    assert!(k.announce("foo").expect("announce"));
-    assert!(k.wait_joined("foo", T), "join never completed");
-    let fsid = dlm_proto::wire::global_id(&dlm_proto::LockspaceName::new(b"foo").expect("name"));
-    let req = |op, flags, number| PlockInfo {
-        version: PLOCK_VERSION,
-        op,
-        ex: true,
-        wait: false,
-        flags: PlockFlags(flags),
-        pid: 100,
-        nodeid: 0,
-        rv: 0,
-        fsid,
-        number,
-        start: 0,
-        end: 9,
-        owner: 7,
+    let p = PushBack::start("backlog", &[]);
+    p.join_foo();
+    let close = |number| PlockInfo {
+        flags: PlockFlags(1),
+        ..dlm_tests::foo_request(PlockOp::UNLOCK, 7, number, false, 0, 9)
     };
-    let metric = |name: &str| dlm_tests::metric_in_ns(&cs.netns, name);
-    std::fs::write(&hold, b"").expect("hold");
+    std::fs::write(&p.hold, b"").expect("hold");
     std::thread::scope(|s| {
         let sender = s.spawn(|| {
             for i in 0..6_000u64 {
-                k.send_plock(&req(PlockOp::UNLOCK, 1, i))
-                    .expect("send a CLOSE");
+                p.k.send_plock(&close(i)).expect("send a CLOSE");
             }
-            k.send_plock(&req(PlockOp::LOCK, 0, 99_999))
-                .expect("send a LOCK");
+            p.k.send_plock(&lock(99_999)).expect("send a LOCK");
         });
         let paused = (0..200).any(|_| {
             std::thread::sleep(Duration::from_millis(50));
-            metric("dlm_plock_read_pauses_total") >= 1.0
+            p.metric("dlm_plock_read_pauses_total") >= 1.0
         });
-        let backlog = metric("dlm_plock_backlog");
-        let queued = metric("dlm_cpg_send_queue{lockspace=\"foo\"}");
+        let backlog = p.metric("dlm_plock_backlog");
+        let queued = p.metric("dlm_cpg_send_queue{lockspace=\"foo\"}");
         // released before any assertion: a failure must not leave the sender blocked
-        std::fs::remove_file(&hold).expect("release");
+        std::fs::remove_file(&p.hold).expect("release");
         sender.join().expect("sender");
         assert!(paused, "reading never paused");
         // the bound, give or take the read in flight and the LOCK
         assert!((4_000.0..=4_100.0).contains(&backlog), "backlog {backlog}");
         assert!(queued <= 4_100.0, "send queue {queued}");
     });
-    let r = k.recv_plock(T).expect("the LOCK after them is answered");
+    let r = p.k.recv_plock(T).expect("the LOCK after them is answered");
     assert_eq!((r.number, r.rv), (99_999, 0));
-    drop(d);
-    drop(k);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The daemon group's queue is flushed too: a RUN request multicast while corosync pushes
@@ -318,14 +288,11 @@ fn the_plock_backlog_is_bounded() {
 #[test]
 fn the_daemon_group_sends_what_corosync_pushed_back() {
     use std::os::unix::fs::PermissionsExt;
-    let cs = Corosync::start("dgpush");
-    let dir = std::env::temp_dir().join(format!("dlm-dgpush-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let bin = dir.join("bin");
+    // a fake `lvm` first in the daemon's PATH records what it is run with
+    let bin = std::env::temp_dir().join(format!("dlm-dgpush-bin-{}", std::process::id()));
     std::fs::create_dir_all(&bin).expect("mkdir");
-    let shim = dlm_tests::build_c_shim(&dir, "cpg_pushback").expect("build the shim");
-    let hold = dir.join("hold");
-    let log = dir.join("lvm.log");
+    let log = bin.join("lvm.log");
+    let _ = std::fs::remove_file(&log);
     let lvm = bin.join("lvm");
     let script = format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display());
     std::fs::write(&lvm, script).expect("lvm");
@@ -335,18 +302,11 @@ fn the_daemon_group_sends_what_corosync_pushed_back() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let root = dir.join("root");
-    let k = FakeKernel::start(&root).expect("fake kernel");
-    let env = [
-        ("LD_PRELOAD", shim.as_os_str()),
-        ("DLM_PUSHBACK_FILE", hold.as_os_str()),
-        ("PATH", std::ffi::OsStr::new(&path)),
-    ];
-    let d = start(&cs, &root, &k, &env);
-    std::fs::write(&hold, b"").expect("hold");
+    let p = PushBack::start("dgpush", &[("PATH", std::ffi::OsStr::new(&path))]);
+    std::fs::write(&p.hold, b"").expect("hold");
     let ours = std::path::Path::new(env!("CARGO_BIN_EXE_dlm_controld")).with_file_name("dlm_tool");
     let out = Command::new("ip")
-        .args(["netns", "exec", &cs.netns])
+        .args(["netns", "exec", &p.cs.netns])
         .arg(&ours)
         .args(["run_start", "-n", "lvm lvs"])
         .output()
@@ -356,7 +316,7 @@ fn the_daemon_group_sends_what_corosync_pushed_back() {
     std::thread::sleep(Duration::from_millis(500));
     let ran = || std::fs::read_to_string(&log).unwrap_or_default();
     let early = ran();
-    std::fs::remove_file(&hold).expect("release");
+    std::fs::remove_file(&p.hold).expect("release");
     assert_eq!(early, "", "nothing runs while corosync pushes back");
     let end = std::time::Instant::now() + T;
     while ran().is_empty() && std::time::Instant::now() < end {
@@ -367,7 +327,5 @@ fn the_daemon_group_sends_what_corosync_pushed_back() {
         "lvs\n",
         "the request went out once corosync took messages"
     );
-    drop(d);
-    drop(k);
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&bin);
 }

@@ -5,13 +5,11 @@
 //! path (a lockspace join: sysfs and configfs writes) and root's `dlm_tool ls` still work,
 //! the daemon holds no more than its bounds of the user's connections, and it does not spin.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use dlm_tests::{Daemon, FakeKernel, Netns, metric_in_ns, writes};
+use dlm_tests::{Daemon, FakeKernel, Flood, Netns, cpu_ticks, metric_in_ns, writes};
 
 const T: Duration = Duration::from_secs(20);
 const FLOOD: usize = 1500;
@@ -29,18 +27,6 @@ fn built(name: &str) -> PathBuf {
 /// Descriptors the process has open.
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
-}
-
-/// User plus system CPU time of the process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // the fields after the command's closing parenthesis; utime and stime are 14 and 15
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|w| w.parse().unwrap_or(0))
-        .collect();
-    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
 }
 
 #[test]
@@ -65,35 +51,12 @@ fn an_unprivileged_flood_starves_neither_the_kernel_path_nor_root() {
     let pid = daemon.0.id();
     let before = fds(pid);
 
-    // the flooder, where uid 65534 may run it
-    let bin = std::env::temp_dir().join(format!("dlm-flood-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&bin).expect("bin dir");
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let flood_bin = bin.join("flood");
-    std::fs::copy(built("flood"), &flood_bin).expect("copy flood");
-    let mut flood = ns
-        .command("prlimit")
-        .args(["--nofile=8192:8192", "--", "setpriv"])
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&flood_bin)
-        .arg(FLOOD.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the flood");
-    let mut opened = String::new();
-    BufReader::new(flood.stdout.take().expect("stdout"))
-        .read_line(&mut opened)
-        .expect("flood report");
-    let counts: Vec<usize> = opened
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let flood = Flood::start(&ns, &built("flood"), FLOOD).expect("start the flood");
     // TCP may drop a SYN while the accept queue is full: nearly every connection was made
     assert!(
-        counts.len() == 3 && counts.iter().all(|&c| c >= FLOOD * 9 / 10),
-        "{opened}"
+        flood.opened.len() == 3 && flood.opened.iter().all(|&c| c >= FLOOD * 9 / 10),
+        "{:?}",
+        flood.opened
     );
 
     // it does not spin: under half a second of CPU in two seconds of the flood held
@@ -129,10 +92,7 @@ fn an_unprivileged_flood_starves_neither_the_kernel_path_nor_root() {
     assert!(ls.status.success() && text.contains("foo"), "{text}");
 
     // the flood ends; what it met is counted
-    if let Some(mut stdin) = flood.stdin.take() {
-        let _ = stdin.write_all(b"\n");
-    }
-    let _ = flood.wait();
+    drop(flood);
     let refused = |socket: &str| {
         metric_in_ns(
             &ns.0,
@@ -148,7 +108,6 @@ fn an_unprivileged_flood_starves_neither_the_kernel_path_nor_root() {
             refused(socket)
         );
     }
-    let _ = std::fs::remove_dir_all(&bin);
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }

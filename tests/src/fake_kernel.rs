@@ -102,7 +102,14 @@ struct Shared {
     watched: Mutex<std::collections::BTreeSet<PathBuf>>,
     /// Lockspaces created through `dlm-control`: name → (minor, users).
     created: Mutex<BTreeMap<String, (u32, u32)>>,
+    /// The last sync marker the watcher has seen (see [`FakeKernel::sync`]).
+    synced: std::sync::atomic::AtomicU64,
+    /// The last sync marker written.
+    sync_sent: std::sync::atomic::AtomicU64,
 }
+
+/// The watched directory of the sync marker (not part of any kernel tree).
+const SYNC_DIR: &str = "run/fake_kernel";
 
 impl Shared {
     fn push(&self, r: Record) {
@@ -154,6 +161,7 @@ impl FakeKernel {
             "sys/kernel/dlm",
             "dev/misc",
             "run/dlm_controld",
+            SYNC_DIR,
         ] {
             fs::create_dir_all(root.join(d))?;
         }
@@ -174,7 +182,7 @@ impl FakeKernel {
             offsets: BTreeMap::new(),
             sh: shared.clone(),
         };
-        for d in ["sys/kernel/config/dlm", "sys/kernel/dlm"] {
+        for d in ["sys/kernel/config/dlm", "sys/kernel/dlm", SYNC_DIR] {
             let p = root.join(d);
             w.watch(&p, false);
         }
@@ -245,7 +253,8 @@ impl FakeKernel {
         conn_send(&self.shared, name, bytes, limit)
     }
 
-    /// Waits until a daemon listens for uevents.
+    /// Waits until a daemon listens for uevents, and the records hold everything it wrote
+    /// before it did (its startup writes).
     pub fn wait_daemon(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
@@ -255,11 +264,38 @@ impl FakeKernel {
                 .lock()
                 .is_ok_and(|c| c.contains_key("uevent"))
             {
-                return true;
+                return self.sync(deadline.saturating_duration_since(Instant::now()));
             }
             thread::sleep(Duration::from_millis(10));
         }
         false
+    }
+
+    /// Waits until the watcher has recorded every write made before this call: it writes a
+    /// marker into a watched directory of its own and waits for the watcher to see it
+    /// (inotify reports events in order). The watcher runs behind the daemon, more so on a
+    /// loaded machine, so a test that reads the records at once may miss the last writes.
+    pub fn sync(&self, limit: Duration) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.shared.sync_sent.fetch_add(1, SeqCst) + 1;
+        if fs::write(self.root.join(SYNC_DIR).join("sync"), n.to_string()).is_err() {
+            return false;
+        }
+        let deadline = Instant::now() + limit;
+        let Ok(mut guard) = self.shared.records.lock() else {
+            return false;
+        };
+        while self.shared.synced.load(SeqCst) < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            guard = match self.shared.changed.wait_timeout(guard, left) {
+                Ok((g, _)) => g,
+                Err(_) => return false,
+            };
+        }
+        true
     }
 
     /// A process calls `dlm_new_lockspace(name)`: the sysfs directory appears, then the
@@ -653,6 +689,9 @@ impl Watcher {
     }
 
     fn read_new(&mut self, p: &Path) {
+        if p.starts_with(self.root.join(SYNC_DIR)) {
+            return; // the sync marker is no kernel write
+        }
         let Ok(bytes) = fs::read(p) else { return };
         let off = self.offsets.get(p).copied().unwrap_or(0).min(bytes.len());
         if bytes.len() > off {
@@ -697,7 +736,17 @@ fn watch_loop(mut w: Watcher) {
             } else if ev.mask.contains(AddWatchFlags::IN_DELETE) {
                 w.offsets.remove(&p);
             } else if ev.mask.contains(AddWatchFlags::IN_CLOSE_WRITE) {
-                w.read_new(&p);
+                if dir == root.join(SYNC_DIR) {
+                    let n = fs::read_to_string(&p).ok().and_then(|t| t.parse().ok());
+                    if let Some(n) = n {
+                        sh.synced.fetch_max(n, Ordering::SeqCst);
+                        // under the records' lock, so a waiter cannot miss the wake-up
+                        let _guard = sh.records.lock();
+                        sh.changed.notify_all();
+                    }
+                } else {
+                    w.read_new(&p);
+                }
             }
         }
     }

@@ -259,3 +259,70 @@ impl Drop for Netns {
             .status();
     }
 }
+
+/// User plus system CPU time of process `pid`, in clock ticks (0 if it cannot be read).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // the fields after the command's closing parenthesis; utime and stime are 14 and 15
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|w| w.parse().unwrap_or(0))
+        .collect();
+    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
+}
+
+/// A hostile local user: the `flood` binary run as uid 65534 (setpriv, a descriptor limit of
+/// 8192) in a network namespace, holding its connections to the daemon's three listeners
+/// until dropped.
+#[derive(Debug)]
+pub struct Flood {
+    child: std::process::Child,
+    bin: std::path::PathBuf,
+    /// Connections made to the main socket, the query socket and the metrics endpoint.
+    pub opened: Vec<usize>,
+}
+
+impl Flood {
+    /// Starts `flood` (the binary at `flood`, copied where uid 65534 may run it) in `ns`
+    /// with `n` connections to each listener; returns once they are made.
+    pub fn start(ns: &Netns, flood: &std::path::Path, n: usize) -> std::io::Result<Self> {
+        use std::io::BufRead;
+        use std::os::unix::fs::PermissionsExt;
+        let bin = std::env::temp_dir().join(format!("dlm-flood-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&bin)?;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))?;
+        let exe = bin.join("flood");
+        std::fs::copy(flood, &exe)?;
+        let mut child = ns
+            .command("prlimit")
+            .args(["--nofile=8192:8192", "--", "setpriv"])
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&exe)
+            .arg(n.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            std::io::BufReader::new(out).read_line(&mut line)?;
+        }
+        let opened = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        Ok(Self { child, bin, opened })
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Some(mut stdin) = self.child.stdin.take() {
+            let _ = stdin.write_all(b"\n");
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.bin);
+    }
+}

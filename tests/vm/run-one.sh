@@ -17,13 +17,14 @@ start=$SECONDS
 vm "$RUN" 1 ""
 echo "VM ran $((SECONDS - start)) s; results in $RUN/share/out"
 out=$RUN/share/out
-for f in times.txt plocks.txt rss_kb.txt ls.txt; do
+for f in times.txt plocks.txt uevents.txt rss_kb.txt ls.txt; do
     [[ -f $out/$f ]] && { echo "--- $f"; cat "$out/$f"; }
 done
 [[ -f $out/dump.txt ]] && echo "--- dump.txt: $(wc -l <"$out/dump.txt") lines"
-# every check passed, the dump read through Debian's dlm_tool has the 350 held locks, and
-# the VM got to the end of the test
+# every check passed, the plock load beside the uevent burst ended and the daemon runs on,
+# the dump read through Debian's dlm_tool has the 350 held locks, and the VM got to the end
 grep -q '^RESULT ok' "$out/plocks.txt" 2>/dev/null &&
+    grep -q '^load exit 0' "$out/uevents.txt" && grep -qx 'active' "$out/uevents.txt" &&
     [[ $(wc -l <"$out/dump.txt") -eq 350 ]] &&
     grep -q 'name          gfs0' "$out/ls.txt" &&
     [[ -f $out/done ]]

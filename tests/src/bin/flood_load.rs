@@ -7,15 +7,14 @@
 //! event_done), and the daemon's CPU while the flood is held. Needs root; finds
 //! `dlm_controld` and `flood` next to itself. Results: docs/BENCHMARKS.md.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use dlm_proto::query::{Command, DlmcHeader, HEADER_SIZE, QUERY_SOCK_NAME};
-use dlm_tests::{Daemon, FakeKernel, Netns, enter_netns, writes};
+use dlm_tests::{Daemon, FakeKernel, Flood, Netns, cpu_ticks, enter_netns, writes};
 
 /// One LOCKSPACES query, reply read to the end; its duration.
 fn ls_query() -> Option<Duration> {
@@ -40,17 +39,6 @@ fn join(k: &FakeKernel, name: &str) -> Option<Duration> {
     let path = format!("sys/kernel/dlm/{name}/event_done");
     k.wait_records(Duration::from_secs(20), |r| !writes(r, &path).is_empty())
         .then(|| t.elapsed())
-}
-
-/// User plus system CPU of `pid` in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|w| w.parse().unwrap_or(0))
-        .collect();
-    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
 }
 
 fn us(d: Duration) -> u128 {
@@ -144,47 +132,16 @@ fn main() -> ExitCode {
     println!("|---|---|---|---|---|---|");
     phase("no flood", &k, "quiet", pid);
 
-    // the flooder, copied where uid 65534 may run it
-    let bin = std::env::temp_dir().join(format!("dlm-fload-bin-{}", std::process::id()));
-    let flood_bin = bin.join("flood");
-    let copied = std::fs::create_dir_all(&bin)
-        .and_then(|()| std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)))
-        .and_then(|()| std::fs::copy(here.join("flood"), &flood_bin));
-    if copied.is_err() {
-        eprintln!("cannot copy the flood binary");
-        return ExitCode::FAILURE;
-    }
-    let Ok(mut flood) = ns
-        .command("prlimit")
-        .args(["--nofile=8192:8192", "--", "setpriv"])
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&flood_bin)
-        .arg(n.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-    else {
+    let Ok(flood) = Flood::start(&ns, &here.join("flood"), n) else {
         eprintln!("cannot start the flood");
         return ExitCode::FAILURE;
     };
-    let mut opened = String::new();
-    if let Some(out) = flood.stdout.take() {
-        let _ = BufReader::new(out).read_line(&mut opened);
-    }
-    phase(
-        &format!(
-            "uid 65534 holds {n} connections to each listener ({})",
-            opened.trim()
-        ),
-        &k,
-        "flood",
-        pid,
+    let label = format!(
+        "uid 65534 holds {n} connections to each listener (made {:?})",
+        flood.opened
     );
-    if let Some(mut stdin) = flood.stdin.take() {
-        let _ = stdin.write_all(b"\n");
-    }
-    let _ = flood.wait();
-    let _ = std::fs::remove_dir_all(&bin);
+    phase(&label, &k, "flood", pid);
+    drop(flood);
     drop(d);
     let _ = std::fs::remove_dir_all(&root);
     ExitCode::SUCCESS

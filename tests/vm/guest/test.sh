@@ -29,6 +29,17 @@ echo "mount_ms $((t4 - t3))" >>$OUT/times.txt
 dlm_tool ls
 python3 /host/guest/plocks.py /mnt >$OUT/plocks.txt 2>&1
 echo "plocks.py exit $?" >>$OUT/plocks.txt
+# a uevent burst (every device's change event, twice) during a plock load: the daemon
+# reads past it (ENOBUFS is counted, not fatal) and answers every request
+rm -f /run/uevent-stop
+python3 /host/guest/uevent_load.py /mnt /run/uevent-stop >$OUT/uevents.txt 2>&1 &
+load=$!
+udevadm trigger --action=change
+udevadm trigger --action=change
+touch /run/uevent-stop
+wait $load
+echo "load exit $?" >>$OUT/uevents.txt
+systemctl is-active dlm >>$OUT/uevents.txt
 dlm_tool plocks gfs0 >$OUT/dump.txt
 dlm_tool ls >$OUT/ls.txt
 ps -o rss= -p "$(systemctl show -p MainPID --value dlm)" >$OUT/rss_kb.txt
