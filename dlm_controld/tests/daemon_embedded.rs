@@ -485,6 +485,7 @@ fn an_oversized_uevent_is_dropped_and_the_daemon_goes_on() {
         dlm_tests::metric_in_ns(&ns.0, "dlm_uevent_errors_total{reason=\"truncated\"}"),
         1.0
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The pid file's mode is the daemon's, not the inherited umask's.
@@ -511,6 +512,7 @@ fn the_pid_file_ignores_a_zero_umask() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o644);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A configfs error while leaving (a node directory that will not go) is logged; the leave
@@ -551,4 +553,5 @@ fn a_configfs_error_does_not_stop_a_leave() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(started(), 2, "a new join was not served");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -154,7 +154,7 @@ impl Mixed {
         let sent = fk.announce("foo").unwrap_or_else(|e| {
             panic!(
                 "node {k}: announce: {e}\n{}",
-                std::fs::read_to_string(self.c_log(3)).unwrap_or_default()
+                std::fs::read_to_string(self.c_log(k)).unwrap_or_default()
             )
         });
         assert!(sent, "node {k}: no daemon listens for uevents");
@@ -162,7 +162,7 @@ impl Mixed {
             fk.wait_joined("foo", T),
             "node {k} did not join: {:?}\n{}",
             fk.records(),
-            std::fs::read_to_string(self.c_log(3)).unwrap_or_default()
+            std::fs::read_to_string(self.c_log(k)).unwrap_or_default()
         );
     }
 

@@ -72,8 +72,9 @@ impl Drop for Daemon {
 
 /// Starts `dlm_controld` (path `bin`) in network namespace `ns` on the fake kernel `k` under
 /// `root`, with corosync, `--foreground -f 0` (fencing off unless `extra` says `-f 1`) and
-/// `extra` options. corosync may still be forming its ring, so it retries for up to 30 tries of
-/// 3 s, as a service manager would.
+/// `extra` options. corosync may still be forming its ring, and the daemon exits when it
+/// cannot connect: it is started again, up to 30 times, as a service manager would; a daemon
+/// that runs is waited for, never killed for being slow (see `wait_up`).
 pub fn start_daemon_on_corosync(
     ns: &str,
     bin: &std::path::Path,
@@ -97,8 +98,8 @@ pub fn start_daemon_on_corosync(
             .stderr(std::process::Stdio::null())
             .spawn()
             .ok()?;
-        let d = Daemon(child);
-        if k.wait_daemon(std::time::Duration::from_secs(3)) {
+        let mut d = Daemon(child);
+        if wait_up(&mut d, k) {
             return Some(d);
         }
     }
@@ -194,12 +195,29 @@ pub fn start_c_daemon(
             .stderr(err)
             .spawn()
             .ok()?;
-        let d = Daemon(child);
-        if k.wait_daemon(std::time::Duration::from_secs(3)) {
+        let mut d = Daemon(child);
+        if wait_up(&mut d, k) {
             return Some(d);
         }
     }
     None
+}
+
+/// Waits for a daemon just started to listen for uevents: `true` once it does, `false` once
+/// it has exited (corosync was not ready: start it again) or after a minute. A daemon still
+/// running is never killed for being slow: a killed daemon is a failed cluster member to the
+/// others (PROCDOWN), which they fence, and kick from the cluster once it is back.
+fn wait_up(d: &mut Daemon, k: &FakeKernel) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < end {
+        if k.wait_daemon(std::time::Duration::from_secs(1)) {
+            return true;
+        }
+        if !matches!(d.0.try_wait(), Ok(None)) {
+            return false;
+        }
+    }
+    false
 }
 
 /// Moves the calling thread into network namespace `name` (`/run/netns/<name>`), where

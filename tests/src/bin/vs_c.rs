@@ -1,0 +1,338 @@
+//! `vs_c [SECONDS]`: our daemon against Debian's C `dlm_controld` 4.2.0 (in its default mode
+//! and with `plock_ownership=1`), side by side on one corosync node and the fake kernel, with
+//! one workload driver (this binary) for all of them. The driver plays 16 processes, each
+//! with one request outstanding (closed loop), on three cases: each process on its own file
+//! (node-local), one file with disjoint ranges, and one byte contended with F_SETLKW. A
+//! stand-in daemon that answers every request at once measures the driver itself first. Runs
+//! alternate daemon by daemon, twice, so machine drift cancels; each row is the median.
+//! Per case: ops/s, latency p50/p99, CPU per op of the daemon and of corosync, non-blocking
+//! replies out of request order (must be 0), and the ratio to C's default mode.
+//!
+//! Needs root, corosync and Debian's dlm-controld (`.ci/run` installs them). Results:
+//! docs/BENCHMARKS.md. The three-node cases of issue 14 are not here yet.
+
+#[path = "../../../cpg/tests/support/mod.rs"]
+#[allow(clippy::all, missing_debug_implementations)]
+mod support;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_tests::{
+    Daemon, FakeKernel, build_shim, cpu_ticks, start_c_daemon, start_daemon_on_corosync,
+};
+use support::Corosync;
+
+const PROCS: u64 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    StandIn,
+    CDefault,
+    COwnership,
+    Ours,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::StandIn => "stand-in (answers at once)",
+            Self::CDefault => "C 4.2.0",
+            Self::COwnership => "C 4.2.0 plock_ownership=1",
+            Self::Ours => "ours",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Case {
+    NodeLocal,
+    OneFile,
+    Contended,
+}
+
+impl Case {
+    fn label(self) -> &'static str {
+        match self {
+            Self::NodeLocal => "1 node, each process on its own file",
+            Self::OneFile => "1 node, one file, disjoint ranges",
+            Self::Contended => "1 node, one byte contended (F_SETLKW)",
+        }
+    }
+
+    /// Process `p`'s lock: (inode, start, end, wait).
+    fn lock_of(self, p: u64) -> (u64, u64, u64, bool) {
+        match self {
+            Self::NodeLocal => (1000 + p, 0, 9, false),
+            Self::OneFile => (7, 10 * p, 10 * p + 9, false),
+            Self::Contended => (9, 0, 0, true),
+        }
+    }
+}
+
+/// One run's numbers.
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    ops_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+    daemon_us_op: f64,
+    corosync_us_op: f64,
+    out_of_order: u64,
+}
+
+fn request(fsid: u32, op: PlockOp, owner: u64, lock: (u64, u64, u64, bool)) -> PlockInfo {
+    let (number, start, end, wait) = lock;
+    PlockInfo {
+        version: PLOCK_VERSION,
+        op,
+        ex: true,
+        wait: wait && op == PlockOp::LOCK,
+        flags: PlockFlags(0),
+        pid: u32::try_from(owner).unwrap_or(0),
+        nodeid: 0,
+        rv: 0,
+        fsid,
+        number,
+        start,
+        end,
+        owner,
+    }
+}
+
+/// The closed loop for `secs`: every reply is one op; the process that got it sends its
+/// next request (LOCK after UNLOCK and back). `None` if the daemon stopped answering.
+fn drive(k: &FakeKernel, fsid: u32, case: Case, secs: f64) -> Option<(u64, Vec<Duration>, u64)> {
+    let mut sent_at: BTreeMap<u64, Instant> = BTreeMap::new();
+    // non-blocking requests in the order sent: their replies must come in that order
+    let mut order: VecDeque<(u64, PlockOp)> = VecDeque::new();
+    let send = |op, owner, sent_at: &mut BTreeMap<u64, Instant>, order: &mut VecDeque<_>| {
+        let r = request(fsid, op, owner, case.lock_of(owner));
+        if !r.wait {
+            order.push_back((owner, op));
+        }
+        sent_at.insert(owner, Instant::now());
+        k.send_plock(&r).ok()
+    };
+    for p in 0..PROCS {
+        send(PlockOp::LOCK, 100 + p, &mut sent_at, &mut order)?;
+    }
+    let (mut ops, mut lat, mut out_of_order) = (0u64, Vec::new(), 0u64);
+    let t0 = Instant::now();
+    while t0.elapsed().as_secs_f64() < secs {
+        let r = k.recv_plock(Duration::from_secs(5))?;
+        if !r.wait {
+            match order.iter().position(|&(o, op)| o == r.owner && op == r.op) {
+                Some(0) => {
+                    order.pop_front();
+                }
+                Some(i) => {
+                    out_of_order += 1;
+                    order.remove(i);
+                }
+                None => {}
+            }
+        }
+        if let Some(t) = sent_at.get(&r.owner) {
+            lat.push(t.elapsed());
+        }
+        ops += 1;
+        let next = if r.op == PlockOp::LOCK {
+            PlockOp::UNLOCK
+        } else {
+            PlockOp::LOCK
+        };
+        send(next, r.owner, &mut sent_at, &mut order)?;
+    }
+    Some((ops, lat, out_of_order))
+}
+
+/// A daemon stand-in on the fake kernel's plock device: every request answered rv 0 at once.
+fn stand_in(root: &Path) -> Option<std::thread::JoinHandle<()>> {
+    use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr};
+    use nix::sys::socket::{connect, recv, send, socket};
+    let fd: OwnedFd = socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .ok()?;
+    let addr = UnixAddr::new(&root.join("dev/misc/dlm_plock")).ok()?;
+    connect(fd.as_raw_fd(), &addr).ok()?;
+    Some(std::thread::spawn(move || {
+        let mut buf = [0u8; 128];
+        while let Ok(n) = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+            let Ok(mut info) = PlockInfo::decode(&buf[..n]) else {
+                return;
+            };
+            info.rv = 0;
+            if send(fd.as_raw_fd(), &info.encode(), MsgFlags::MSG_NOSIGNAL).is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+/// Where a run's daemon lives.
+struct Setup {
+    root: PathBuf,
+    k: FakeKernel,
+    daemon: Option<Daemon>,
+    standin: Option<std::thread::JoinHandle<()>>,
+}
+
+fn start(cs: &Corosync, base: &Path, shim: &Path, kind: Kind, n: usize) -> Option<Setup> {
+    let root = base.join(format!("run{n}"));
+    let _ = std::fs::remove_dir_all(&root);
+    let k = FakeKernel::start(&root).ok()?;
+    let here = std::env::current_exe().ok()?.parent()?.to_path_buf();
+    let log = base.join(format!("c{n}.log"));
+    let (daemon, standin) = match kind {
+        Kind::StandIn => (None, Some(stand_in(&root)?)),
+        Kind::Ours => {
+            let bin = here.join("dlm_controld");
+            (
+                Some(start_daemon_on_corosync(&cs.netns, &bin, &root, &k, &[])?),
+                None,
+            )
+        }
+        Kind::CDefault => (
+            Some(start_c_daemon(&cs.netns, shim, &k, &["-f", "0"], &log)?),
+            None,
+        ),
+        Kind::COwnership => (
+            Some(start_c_daemon(
+                &cs.netns,
+                shim,
+                &k,
+                &["-f", "0", "-o", "1"],
+                &log,
+            )?),
+            None,
+        ),
+    };
+    Some(Setup {
+        root,
+        k,
+        daemon,
+        standin,
+    })
+}
+
+fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
+    let name = format!("b{}", case as u8);
+    let fsid = dlm_proto::wire::global_id(&LockspaceName::new(name.as_bytes()).ok()?);
+    if s.daemon.is_some() {
+        if !s.k.announce(&name).ok()? || !s.k.wait_joined(&name, Duration::from_secs(20)) {
+            return None;
+        }
+    } else {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dpid = s.daemon.as_ref().map_or(0, |d| d.0.id());
+    let (d0, c0) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
+    let (ops, mut lat, out_of_order) = drive(&s.k, fsid, case, secs)?;
+    let (d1, c1) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
+    lat.sort_unstable();
+    let pct = |m: usize| {
+        lat.get((lat.len().max(1) - 1) * m / 1000)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let per_op = |ticks: u64| ticks as f64 * 1e4 / ops.max(1) as f64; // 100 ticks a second
+    #[allow(clippy::cast_precision_loss)]
+    Some(Run {
+        ops_s: ops as f64 / secs,
+        p50_us: pct(500),
+        p99_us: pct(990),
+        daemon_us_op: per_op(d1.saturating_sub(d0)),
+        corosync_us_op: if s.daemon.is_some() {
+            per_op(c1.saturating_sub(c0))
+        } else {
+            0.0
+        },
+        out_of_order,
+    })
+}
+
+fn median(mut v: Vec<Run>) -> Run {
+    v.sort_by(|a, b| a.ops_s.total_cmp(&b.ops_s));
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn main() -> ExitCode {
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    if !Path::new("/usr/sbin/dlm_controld").exists() {
+        eprintln!("Debian's dlm-controld is not installed (/usr/sbin/dlm_controld)");
+        return ExitCode::FAILURE;
+    }
+    let cs = Corosync::start("vsc");
+    let base = std::env::temp_dir().join(format!("dlm-vsc-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&base);
+    let Ok(shim) = build_shim(&base) else {
+        eprintln!("cannot build the LD_PRELOAD shim (cc)");
+        return ExitCode::FAILURE;
+    };
+    let kinds = [Kind::StandIn, Kind::CDefault, Kind::COwnership, Kind::Ours];
+    let cases = [Case::NodeLocal, Case::OneFile, Case::Contended];
+    let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
+    let mut n = 0;
+    for _round in 0..2 {
+        for kind in kinds {
+            n += 1;
+            let Some(s) = start(&cs, &base, &shim, kind, n) else {
+                eprintln!("{} did not start", kind.label());
+                return ExitCode::FAILURE;
+            };
+            for case in cases {
+                match one_run(&cs, &s, case, secs) {
+                    Some(r) => runs.entry((case, kind)).or_default().push(r),
+                    None => {
+                        eprintln!("{} stopped answering in {}", kind.label(), case.label());
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            drop(s.daemon);
+            drop(s.standin);
+            let _ = std::fs::remove_dir_all(&s.root);
+        }
+    }
+    println!(
+        "| case | daemon | ops/s | p50 | p99 | daemon CPU/op | corosync CPU/op | out of order | ÷ C |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for case in cases {
+        let c = median(
+            runs.get(&(case, Kind::CDefault))
+                .cloned()
+                .unwrap_or_default(),
+        );
+        for kind in kinds {
+            let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
+            println!(
+                "| {} | {} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} |",
+                case.label(),
+                kind.label(),
+                r.ops_s,
+                r.p50_us,
+                r.p99_us,
+                r.daemon_us_op,
+                r.corosync_us_op,
+                r.out_of_order,
+                r.ops_s / c.ops_s.max(1e-9)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    ExitCode::SUCCESS
+}
