@@ -106,13 +106,17 @@ fn request(fsid: u32, op: PlockOp, owner: u64, lock: (u64, u64, u64, bool)) -> P
 }
 
 /// The closed loop for `secs`: every reply is one op; the process that got it sends its
-/// next request (LOCK after UNLOCK and back). `None` if the daemon stopped answering.
+/// next request (LOCK after UNLOCK and back). Then the drain, not counted: each process
+/// unlocks what it holds and sends nothing more, so no reply of this case is left to meet
+/// the next one. `None` if the daemon stopped answering.
 fn drive(k: &FakeKernel, fsid: u32, case: Case, secs: f64) -> Option<(u64, Vec<Duration>, u64)> {
+    // owners of their own per case, so nothing of another case can be taken for theirs
+    let first = 100 + 1000 * case as u64;
     let mut sent_at: BTreeMap<u64, Instant> = BTreeMap::new();
     // non-blocking requests in the order sent: their replies must come in that order
     let mut order: VecDeque<(u64, PlockOp)> = VecDeque::new();
     let send = |op, owner, sent_at: &mut BTreeMap<u64, Instant>, order: &mut VecDeque<_>| {
-        let r = request(fsid, op, owner, case.lock_of(owner));
+        let r = request(fsid, op, owner, case.lock_of(owner - first));
         if !r.wait {
             order.push_back((owner, op));
         }
@@ -120,11 +124,12 @@ fn drive(k: &FakeKernel, fsid: u32, case: Case, secs: f64) -> Option<(u64, Vec<D
         k.send_plock(&r).ok()
     };
     for p in 0..PROCS {
-        send(PlockOp::LOCK, 100 + p, &mut sent_at, &mut order)?;
+        send(PlockOp::LOCK, first + p, &mut sent_at, &mut order)?;
     }
     let (mut ops, mut lat, mut out_of_order) = (0u64, Vec::new(), 0u64);
     let t0 = Instant::now();
-    while t0.elapsed().as_secs_f64() < secs {
+    let mut draining = false;
+    while !sent_at.is_empty() {
         let r = k.recv_plock(Duration::from_secs(5))?;
         if !r.wait {
             match order.iter().position(|&(o, op)| o == r.owner && op == r.op) {
@@ -138,16 +143,19 @@ fn drive(k: &FakeKernel, fsid: u32, case: Case, secs: f64) -> Option<(u64, Vec<D
                 None => {}
             }
         }
-        if let Some(t) = sent_at.get(&r.owner) {
-            lat.push(t.elapsed());
-        }
-        ops += 1;
-        let next = if r.op == PlockOp::LOCK {
-            PlockOp::UNLOCK
-        } else {
-            PlockOp::LOCK
+        let Some(t) = sent_at.remove(&r.owner) else {
+            continue;
         };
-        send(next, r.owner, &mut sent_at, &mut order)?;
+        draining = draining || t0.elapsed().as_secs_f64() >= secs;
+        if !draining {
+            lat.push(t.elapsed());
+            ops += 1;
+        }
+        match (r.op == PlockOp::LOCK, draining) {
+            (true, _) => send(PlockOp::UNLOCK, r.owner, &mut sent_at, &mut order)?,
+            (false, false) => send(PlockOp::LOCK, r.owner, &mut sent_at, &mut order)?,
+            (false, true) => {}
+        }
     }
     Some((ops, lat, out_of_order))
 }
