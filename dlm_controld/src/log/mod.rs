@@ -195,7 +195,8 @@ pub fn init(logfile: Option<&Path>, sinks: Sinks) {
         l.sinks = sinks;
         match start_writer(file) {
             Some(tx) => l.writer = Some(tx),
-            None => tracing::warn!("log writer thread: not started, writing inline"),
+            // syslog and stderr are then written inline; the log file is lost with the thread
+            None => tracing::warn!("log writer thread: not started; no log file"),
         }
     }
 }
