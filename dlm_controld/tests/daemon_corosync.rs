@@ -279,6 +279,20 @@ fn the_plock_backlog_is_bounded() {
     });
     let r = p.k.recv_plock(T).expect("the LOCK after them is answered");
     assert_eq!((r.number, r.rv), (99_999, 0));
+    // everything done with: the backlog is empty again (none leaked). A task takes its share
+    // out just after the reply it writes, so a scrape right after a reply may still see it:
+    // a few more requests, apart
+    let empty = (0..20u64).any(|i| {
+        std::thread::sleep(Duration::from_millis(20));
+        p.k.send_plock(&lock(99_000 + i)).expect("send");
+        p.k.recv_plock(T).is_some_and(|r| r.rv == 0) && p.metric("dlm_plock_backlog") == 0.0
+    });
+    assert!(
+        empty,
+        "backlog {} queue {}",
+        p.metric("dlm_plock_backlog"),
+        p.metric("dlm_cpg_send_queue{lockspace=\"foo\"}")
+    );
 }
 
 /// The daemon group's queue is flushed too: a RUN request multicast while corosync pushes

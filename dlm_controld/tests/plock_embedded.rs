@@ -10,7 +10,7 @@ use std::time::Duration;
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::global_id;
-use dlm_tests::{Daemon, FakeKernel, Netns};
+use dlm_tests::{Daemon, FakeKernel, Netns, metric_in_ns};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -251,7 +251,7 @@ fn rate_limit_paces_the_reads() {
 /// holder's lock needs no answer. Every request read from the kernel gets one reply.
 #[test]
 fn a_waiter_is_answered_when_its_lockspace_ends() {
-    let (dir, k, _ns, _d, fsid) = start("lsend", &[]);
+    let (dir, k, ns, _d, fsid) = start("lsend", &[]);
     k.send_plock(&req(PlockOp::LOCK, 1, true, false, 0, 9, fsid))
         .expect("send");
     assert_eq!(reply(&k).rv, 0);
@@ -268,6 +268,13 @@ fn a_waiter_is_answered_when_its_lockspace_ends() {
         k.recv_plock(Duration::from_millis(300)).is_none(),
         "one reply only"
     );
+    // the ended task left nothing in the daemon's backlog: a request for the gone
+    // lockspace is read (and answered) with the backlog at 0
+    std::thread::sleep(Duration::from_millis(100));
+    k.send_plock(&req(PlockOp::LOCK, 3, true, false, 0, 9, fsid))
+        .expect("send");
+    assert_eq!(reply(&k).rv, -17);
+    assert_eq!(metric_in_ns(&ns.0, "dlm_plock_backlog"), 0.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -307,7 +314,7 @@ fn a_blocked_log_sink_stalls_no_plock_request() {
         assert_eq!(r.rv, 0, "request {i}");
     }
     assert!(
-        dlm_tests::metric_in_ns(&ns.0, "dlm_log_lines_dropped_total") > 0.0,
+        metric_in_ns(&ns.0, "dlm_log_lines_dropped_total") > 0.0,
         "the lines that found the queue full are counted"
     );
     let _ = std::fs::remove_dir_all(&dir);

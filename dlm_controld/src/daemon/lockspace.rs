@@ -37,7 +37,7 @@ fn random_seed() -> u64 {
     std::hash::RandomState::new().hash_one(std::process::id())
 }
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Lines of the plock dump made per portion (about 500 KiB of text): between portions the
 /// task serves plock requests and events, so a dump of 10⁶ locks never holds the table's
@@ -89,13 +89,11 @@ impl DumpJob {
 /// no reply, so a loop of open and close would otherwise fill it at CPU speed).
 pub(crate) const BACKLOG_MAX: usize = 4096;
 
-/// The backlog is over [`BACKLOG_MAX`] (and its gauge is set).
-pub(crate) fn over_backlog(backlog: &AtomicUsize) -> bool {
-    let n = backlog.load(Ordering::Relaxed);
-    crate::metrics::get()
-        .plock_backlog
-        .set(i64::try_from(n).unwrap_or(i64::MAX));
-    n > BACKLOG_MAX
+/// The backlog is over [`BACKLOG_MAX`]. The backlog is the `dlm_plock_backlog` gauge itself
+/// (one atomic, exact at every scrape): the main task adds each request it queues for a task,
+/// the task takes it out when it takes the request and adds or takes out its own share.
+pub(crate) fn over_backlog() -> bool {
+    crate::metrics::get().plock_backlog.get() > i64::try_from(BACKLOG_MAX).unwrap_or(i64::MAX)
 }
 
 /// Messages of one batch sent at once; the rest wait in the queue (see `perform`).
@@ -323,6 +321,13 @@ impl Shell {
 
     /// Remembers when a local request was read; forgets the requests that will never be
     /// answered: a cancelled waiter, and an owner's waiters when it closes the file.
+    /// A request taken from the command queue: it leaves the daemon's backlog (the main
+    /// task counted it in when it queued it) and is tracked until its reply.
+    fn take(&mut self, info: &PlockInfo, t0: std::time::Instant) {
+        crate::metrics::get().plock_backlog.dec();
+        self.track(info, t0);
+    }
+
     fn track(&mut self, info: &PlockInfo, t0: std::time::Instant) {
         use dlm_proto::kernel::PlockOp;
         self.metrics.requests[crate::metrics::op_index(info.op)].inc();
@@ -360,12 +365,10 @@ impl Shell {
     }
 
     fn publish_backlog_as(&mut self, now: usize) {
-        let b = &self.ctx.backlog;
-        if now > self.backlog {
-            b.fetch_add(now - self.backlog, Ordering::Relaxed);
-        } else {
-            b.fetch_sub(self.backlog - now, Ordering::Relaxed);
-        }
+        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        crate::metrics::get()
+            .plock_backlog
+            .add(as_i64(now) - as_i64(self.backlog));
         self.backlog = now;
     }
 
@@ -376,7 +379,7 @@ impl Shell {
         commands.close();
         while let Ok(cmd) = commands.try_recv() {
             if let LsCommand::Plock(info, t0) = cmd {
-                self.track(&info, t0);
+                self.take(&info, t0);
             }
         }
         let Some(dev) = self.ctx.device.clone() else {
@@ -528,8 +531,7 @@ pub(crate) async fn run(
                     ls.perform(a);
                 }
                 Some(LsCommand::Plock(info, t0)) => {
-                    ls.ctx.backlog.fetch_sub(1, Ordering::Relaxed);
-                    ls.track(&info, t0);
+                    ls.take(&info, t0);
                     let a = ls.core.request(&info);
                     ls.perform(a);
                 }
@@ -613,7 +615,6 @@ pub(crate) async fn run(
     // lockspace that follows at once must not meet our handle still in the group
     let done = ls.ctx.done.clone();
     ls.answer_the_rest(&mut commands);
-    ls.backlog = 0;
     ls.publish_backlog_as(0);
     if !ls.core.has_left() {
         // ended without a leave (corosync went away): still registered, nothing replaced us

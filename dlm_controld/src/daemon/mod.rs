@@ -528,13 +528,9 @@ async fn main_loop(
         None => None,
     };
     let mut fsids: BTreeMap<u32, Arc<str>> = BTreeMap::new();
-    let mut rate = crate::rate::RateLimit::default();
-    let mut paused_until: Option<tokio::time::Instant> = None;
-    let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut backlogged = false;
+    let mut gate = DeviceGate::new();
     let (kick_tx, mut kicks) = mpsc::unbounded_channel();
     let ctx = LsContext {
-        backlog: backlog.clone(),
         kick: kick_tx,
         device: device.clone(),
         seam: seam.clone(),
@@ -603,43 +599,11 @@ async fn main_loop(
                     fsids.retain(|_, n| **n != *name);
                 }
             }
-            () = async {
-                match paused_until {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            } => paused_until = None,
-            // over the backlog bound the device is not read: the kernel queues the requests
-            () = tokio::time::sleep(Duration::from_millis(10)), if backlogged => {
-                backlogged = lockspace::over_backlog(&backlog);
-            }
-            r = readable(plock_fd.as_ref()), if paused_until.is_none() && !backlogged => {
+            () = gate.closed(), if !gate.open() => gate.reopen(),
+            r = readable(plock_fd.as_ref()), if gate.open() => {
                 let Ok(mut guard) = r else { continue };
-                // every request queued, per wakeup (C reads one per poll), unless
-                // plock_rate_limit says to pause; readiness is kept for after the pause
-                loop {
-                    let now = crate::clock::monotonic_ms();
-                    if let Err(resume) = rate.admit(config.options.num(crate::config::Opt::PlockRateLimit), now) {
-                        let wait = Duration::from_millis(resume.saturating_sub(now));
-                        paused_until = Some(tokio::time::Instant::now() + wait);
-                        break;
-                    }
-                    if lockspace::over_backlog(&backlog) {
-                        crate::metrics::get().plock_read_pauses.inc();
-                        backlogged = true;
-                        break;
-                    }
-                    let mut buf = [0u8; 128];
-                    match guard.get_inner().0.try_read_record(&mut buf) {
-                        Ok(0) => return Err(DaemonError::Io("plock device", io::Error::from(io::ErrorKind::UnexpectedEof))),
-                        Ok(n) => plock_request(&buf[..n], our, &fsids, &registry, &guard.get_inner().0, &backlog),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            guard.clear_ready();
-                            break;
-                        }
-                        Err(e) => return Err(DaemonError::Io("plock device", e)),
-                    }
-                }
+                let limit = config.options.num(crate::config::Opt::PlockRateLimit);
+                read_plocks(&mut guard, &mut gate, limit, our, &fsids, &registry)?;
             }
             _ = tick.tick() => {
                 if let Some(s) = services.as_mut() {
@@ -722,9 +686,6 @@ pub(crate) struct LsContext {
     pub(crate) device: Option<Arc<MiscDevice>>,
     /// Nodes to have corosync remove (a lockspace member whose daemon died: PROCDOWN).
     pub(crate) kick: mpsc::UnboundedSender<u32>,
-    /// Plock requests read and not yet done with, over every lockspace (see
-    /// [`lockspace::BACKLOG_MAX`]).
-    pub(crate) backlog: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn fmt_value(v: &crate::config::Value) -> String {
@@ -879,6 +840,99 @@ async fn readable(
     }
 }
 
+/// When the plock device may be read: `plock_rate_limit` (`limit_plocks`) and the backlog
+/// bound ([`lockspace::BACKLOG_MAX`]). While it is closed the kernel queues the requests.
+struct DeviceGate {
+    rate: crate::rate::RateLimit,
+    paused_until: Option<tokio::time::Instant>,
+    backlogged: bool,
+}
+
+impl DeviceGate {
+    fn new() -> Self {
+        Self {
+            rate: crate::rate::RateLimit::default(),
+            paused_until: None,
+            backlogged: false,
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.paused_until.is_none() && !self.backlogged
+    }
+
+    /// A look at the backlog again this long after it was over the bound.
+    const BACKLOG_RECHECK: Duration = Duration::from_millis(10);
+
+    /// Until it may open again: the rate pause's end, or the next look at the backlog (a
+    /// fixed instant, so other events of the loop do not postpone it).
+    async fn closed(&self) {
+        match self.paused_until {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn reopen(&mut self) {
+        let now = tokio::time::Instant::now();
+        if self.paused_until.is_some_and(|t| now >= t) {
+            self.paused_until = None;
+        }
+        if self.backlogged {
+            self.backlogged = lockspace::over_backlog();
+            if self.backlogged {
+                self.paused_until = Some(now + Self::BACKLOG_RECHECK);
+            }
+        }
+    }
+
+    /// One more record may be read now under `limit` per second; otherwise it closes.
+    fn admit(&mut self, limit: i64) -> bool {
+        let now = crate::clock::monotonic_ms();
+        if let Err(resume) = self.rate.admit(limit, now) {
+            let wait = Duration::from_millis(resume.saturating_sub(now));
+            self.paused_until = Some(tokio::time::Instant::now() + wait);
+            return false;
+        }
+        if lockspace::over_backlog() {
+            crate::metrics::get().plock_read_pauses.inc();
+            self.backlogged = true;
+            self.paused_until = Some(tokio::time::Instant::now() + Self::BACKLOG_RECHECK);
+            return false;
+        }
+        true
+    }
+}
+
+/// Every request queued on the device, per wakeup (C reads one per poll), while the gate
+/// lets; readiness is kept for after a pause.
+fn read_plocks(
+    guard: &mut tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>,
+    gate: &mut DeviceGate,
+    limit: i64,
+    our: u32,
+    fsids: &BTreeMap<u32, Arc<str>>,
+    registry: &query::Registry,
+) -> Result<(), DaemonError> {
+    while gate.admit(limit) {
+        let mut buf = [0u8; 128];
+        let dev = &guard.get_inner().0;
+        match dev.try_read_record(&mut buf) {
+            Ok(0) => {
+                let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
+                return Err(DaemonError::Io("plock device", eof));
+            }
+            Ok(n) => plock_request(&buf[..n], our, fsids, registry, dev),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                guard.clear_ready();
+                return Ok(());
+            }
+            Err(e) => return Err(DaemonError::Io("plock device", e)),
+        }
+    }
+    Ok(())
+}
+
 const EEXIST: i32 = 17;
 const ENOENT: i32 = 2;
 
@@ -890,7 +944,6 @@ fn plock_request(
     fsids: &BTreeMap<u32, Arc<str>>,
     registry: &query::Registry,
     device: &MiscDevice,
-    backlog: &std::sync::atomic::AtomicUsize,
 ) {
     let Ok(lockspaces) = registry.lock() else {
         return;
@@ -928,7 +981,8 @@ fn plock_request(
     let task = name.and_then(|n| lockspaces.get(&**n));
     let sent = task.map(|tx| tx.send(LsCommand::Plock(info, std::time::Instant::now())));
     if matches!(sent, Some(Ok(()))) {
-        backlog.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // out of the backlog again when its task takes it (`Shell::take`)
+        crate::metrics::get().plock_backlog.inc();
     } else {
         // no lockspace with that fsid (C crashes here), or its task has just ended
         answer_gone(device, &info);
