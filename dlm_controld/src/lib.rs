@@ -12,6 +12,7 @@ pub mod log;
 pub mod lscore;
 pub mod membership;
 pub mod metrics;
+pub mod native;
 pub mod rate;
 pub mod run;
 pub mod status;

@@ -11,11 +11,12 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_proto::query::{DlmcChange, DlmcLockspace, LockspaceFlags, WaitCondition};
 use dlm_proto::wire::{
-    Body, Change as StartBody, DlmHeader, HeaderFlags, Message, MsgType, PlocksDataWriter,
-    Version3, encode_plock_msg, global_id,
+    Body, Change as StartBody, DlmHeader, HeaderFlags, Message, MsgType, NativeEntry, NativeKind,
+    NativeWriter, PlocksDataWriter, Version3, encode_plock_msg, global_id,
 };
 
 use crate::membership::{ChangeInfo, Effect, Env, FenceView, Membership, NodeHistory};
+use crate::native::{CLAIM_SCAN, Local, OWNED_MAX, Owners, ReplyOrder};
 
 /// What the lockspace's shell must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,10 +118,38 @@ struct Sending {
 /// PLOCKS_DATA messages produced at the start of a transfer, before the first `pump`.
 const PUMP_AT_START: usize = 32;
 
+/// Decided entries kept before they go out with the next message (docs/native-mode.md).
+const DECIDED_AT_ONCE: usize = 64;
+
+/// Something applied to the table in delivery order: held while the lockspace is stopped
+/// or our table goes out, saved while a joiner waits for the table.
 #[derive(Debug, Clone)]
-enum Held {
-    Plock(u32, PlockInfo),
+enum Item {
+    /// A request (a PLOCK message, or a NATIVE `REQUEST` entry).
+    Request {
+        from: u32,
+        info: PlockInfo,
+        claim: bool,
+    },
+    /// A NATIVE `DECIDED` entry: its owner applied it already.
+    Decided { from: u32, info: PlockInfo },
+    /// A NATIVE `RELEASE` entry.
+    Release { from: u32, number: u64 },
+    /// A node left: its plocks go.
     Purge(u32),
+    /// A node's START: what it owned goes back.
+    Disown(u32),
+}
+
+/// Native mode's counts, for the shell's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NativeStats {
+    /// Requests decided here without CPG.
+    pub local: u64,
+    /// Requests of another node that found one of our resources and made us give it back.
+    pub recalls: u64,
+    /// NATIVE messages sent.
+    pub batches: u64,
 }
 
 /// One lockspace on one node.
@@ -139,7 +168,7 @@ pub struct LsCore {
     need_plocks: bool,
     /// Plock messages are saved until the transfer ends (`save_plocks`).
     save_plocks: bool,
-    saved: Vec<(u32, PlockInfo)>,
+    saved: Vec<Item>,
     /// While receiving the state: when saving began (ms) and PLOCKS_DATA restored.
     transfer: Option<(u64, u32)>,
     /// The node whose PLOCKS_DATA / PLOCKS_DONE we take (the started change's data node).
@@ -148,8 +177,23 @@ pub struct LsCore {
     unsent: Vec<PlockInfo>,
     /// Our table going out to a joiner.
     sending: Option<Sending>,
-    held: Vec<Held>,
+    held: Vec<Item>,
     left: bool,
+    /// Native mode: who owns what (replicated).
+    owners: Owners,
+    /// Our non-blocking requests in the order the kernel handed them to us.
+    order: ReplyOrder,
+    /// Our records for local decisions.
+    local: Local,
+    /// The NATIVE message being filled.
+    writer: NativeWriter,
+    /// The writer holds a request (it goes at the end of the loop turn).
+    batch_requests: bool,
+    /// The started change is native and no change is pending: we decide and send natively.
+    native_sending: bool,
+    /// We are the started change's only member (decided entries stay here).
+    alone: bool,
+    stats: NativeStats,
 }
 
 impl LsCore {
@@ -176,7 +220,38 @@ impl LsCore {
             sending: None,
             held: Vec::new(),
             left: false,
+            owners: Owners::default(),
+            order: ReplyOrder::default(),
+            local: Local::default(),
+            writer: NativeWriter::new(DlmHeader {
+                global_id: gid,
+                ..DlmHeader::new(Version3([3, 1, 1]), MsgType::NATIVE, our)
+            }),
+            batch_requests: false,
+            native_sending: false,
+            alone: false,
+            stats: NativeStats::default(),
         }
+    }
+
+    /// Whether our STARTs offer native mode (`plock_native`; on unless turned off).
+    pub fn set_native(&mut self, on: bool) {
+        self.mem.set_native(on);
+    }
+
+    /// Native mode's counts so far.
+    pub fn native_stats(&self) -> NativeStats {
+        self.stats
+    }
+
+    /// The started change is native (every member offered it) and no change is pending.
+    pub fn is_native(&self) -> bool {
+        self.native_sending
+    }
+
+    /// Resources we own now.
+    pub fn owned(&self) -> usize {
+        self.owners.count(self.our)
     }
 
     /// The lockspace name.
@@ -231,8 +306,15 @@ impl LsCore {
         }
     }
 
-    /// A group event.
+    /// A group event. What we have not sent yet goes first: a batch is never overtaken by
+    /// anything the event makes us send (our START above all).
     pub fn event(&mut self, e: &LsEnv<'_>, ev: Event) -> Vec<Action> {
+        let mut out = self.flush();
+        out.extend(self.handle_event(e, ev));
+        out
+    }
+
+    fn handle_event(&mut self, e: &LsEnv<'_>, ev: Event) -> Vec<Action> {
         let env = self.env(e);
         let fx = match ev {
             Event::Totem { ring, .. } => {
@@ -298,13 +380,36 @@ impl LsCore {
         let mut out = Vec::new();
         match body {
             Body::Start(c) => {
+                // every decision of `from` came before its START: what it owned goes back
+                self.gate(e, Item::Disown(from), &mut out);
                 let env = self.env(e);
                 let fx = self
                     .mem
                     .handle_start(&env, from, header.flags.0, header.msgdata, &c);
-                return self.perform(e, fx);
+                out.extend(self.perform(e, fx));
+                return out;
             }
-            Body::Plock(info) => self.deliver_plock(e, from, info, &mut out),
+            Body::Plock(info) if self.sender_is(from, &info, &mut out) => {
+                let claim = false;
+                self.gate(e, Item::Request { from, info, claim }, &mut out);
+            }
+            Body::Native(batch) => {
+                for entry in batch.entries() {
+                    if !self.sender_is(from, &entry.info, &mut out) {
+                        continue;
+                    }
+                    let info = entry.info;
+                    let item = match entry.kind {
+                        NativeKind::Request { claim } => Item::Request { from, info, claim },
+                        NativeKind::Decided => Item::Decided { from, info },
+                        NativeKind::Release => Item::Release {
+                            from,
+                            number: info.number,
+                        },
+                    };
+                    self.gate(e, item, &mut out);
+                }
+            }
             // only while we wait for the state (need && save), and only from the data node
             Body::PlocksData(d)
                 if self.need_plocks && self.save_plocks && from == self.data_from =>
@@ -334,21 +439,97 @@ impl LsCore {
     /// wait for the table it is kept here and multicast once the table is complete (unlike
     /// C, which answers it from a partial table): our own messages are then never among the
     /// saved ones a restarted transfer discards, and their replies come from the whole table.
-    pub fn request(&mut self, info: &PlockInfo) -> Vec<Action> {
+    /// In native mode a request for a resource we own is decided here (see
+    /// docs/native-mode.md); a non-blocking request's reply still leaves in read order.
+    pub fn request(&mut self, now_ms: u64, info: &PlockInfo) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.order.expect(info);
         if self.need_plocks {
             self.unsent.push(*info);
-            return Vec::new();
+        } else if self.can_decide(info.number) {
+            self.decide(now_ms, info, &mut out);
+        } else {
+            self.send_request(now_ms, info, &mut out);
         }
-        vec![Action::Send(
-            encode_plock_msg(&self.header(MsgType::PLOCK), info).to_vec(),
-        )]
+        out
+    }
+
+    /// We may decide a request for `number` here: native, started, ours, nobody waiting
+    /// for it, and none of our requests for it still in CPG (replicas apply in send order).
+    fn can_decide(&self, number: u64) -> bool {
+        self.native_sending
+            && !self.mem.kernel_stopped()
+            && self.sending.is_none()
+            && self.owners.owner(number) == Some(self.our)
+            && !self.owners.recalling(number)
+            && !self.local.in_cpg(number)
+    }
+
+    fn decide(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
+        self.stats.local += 1;
+        self.engine_apply(now_ms, self.our, info, out);
+        // a GET changes nothing; alone, nobody else keeps a table
+        if info.op != dlm_proto::kernel::PlockOp::GET && !self.alone {
+            self.push_entry(NativeKind::Decided, info, out);
+            if self.writer.len() >= DECIDED_AT_ONCE {
+                out.extend(self.flush());
+            }
+        }
+    }
+
+    /// A request of ours to CPG: a NATIVE entry (claiming a resource nobody owns and no
+    /// other node used lately) or, in a C-compatible lockspace, a PLOCK message.
+    fn send_request(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
+        self.local.sent(info.number);
+        if !self.native_sending {
+            out.push(Action::Send(
+                encode_plock_msg(&self.header(MsgType::PLOCK), info).to_vec(),
+            ));
+            return;
+        }
+        let claim = self.owners.owner(info.number).is_none()
+            && !self.local.shared(info.number, now_ms)
+            && self.owners.count(self.our) < OWNED_MAX;
+        self.push_entry(NativeKind::Request { claim }, info, out);
+        self.batch_requests = true;
+    }
+
+    fn push_entry(&mut self, kind: NativeKind, info: &PlockInfo, out: &mut Vec<Action>) {
+        if self.writer.is_full() {
+            out.extend(self.flush());
+        }
+        let _ = self.writer.push(&NativeEntry { kind, info: *info });
+    }
+
+    /// The NATIVE message being filled, if any, as a send.
+    pub fn flush(&mut self) -> Vec<Action> {
+        self.batch_requests = false;
+        match self.writer.finish() {
+            Some(bytes) => {
+                self.stats.batches += 1;
+                vec![Action::Send(bytes)]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The batch holds requests: send it at the end of this loop turn (a process waits).
+    pub fn batch_urgent(&self) -> bool {
+        self.batch_requests
+    }
+
+    /// The batch holds decided entries only: send it within a few milliseconds.
+    pub fn batch_pending(&self) -> bool {
+        !self.writer.is_empty()
     }
 
     /// The once-a-second retry, or a quorum change.
     pub fn poll(&mut self, e: &LsEnv<'_>) -> Vec<Action> {
+        let mut out = self.flush();
         let env = self.env(e);
         let fx = self.mem.poll(&env);
-        self.perform(e, fx)
+        out.extend(self.perform(e, fx));
+        out
     }
 
     /// The kernel released the lockspace: leave at the next confchg (the shell leaves the
@@ -357,33 +538,126 @@ impl LsCore {
         self.mem.leave();
     }
 
+    /// `receive_plock`'s check: a node asks only for itself (the engine would refuse it at
+    /// apply time, silently).
+    fn sender_is(&self, from: u32, info: &PlockInfo, out: &mut Vec<Action>) -> bool {
+        if u32::try_from(info.nodeid).ok() == Some(from) {
+            return true;
+        }
+        out.push(Action::Dropped {
+            from,
+            why: format!("plock request names node {}", info.nodeid),
+        });
+        false
+    }
+
     /// `_receive_plock` gating: ignored before our snapshot point, saved during the
     /// transfer, held while stopped, applied otherwise.
-    fn deliver_plock(&mut self, e: &LsEnv<'_>, from: u32, info: PlockInfo, out: &mut Vec<Action>) {
-        // `receive_plock`'s check: a node asks only for itself (the engine would refuse it
-        // at apply time, silently)
-        if u32::try_from(info.nodeid).ok() != Some(from) {
-            out.push(Action::Dropped {
-                from,
-                why: format!("plock request names node {}", info.nodeid),
-            });
-            return;
-        }
+    fn gate(&mut self, e: &LsEnv<'_>, item: Item, out: &mut Vec<Action>) {
         if self.need_plocks && !self.save_plocks {
             return;
         }
         if self.save_plocks {
-            self.saved.push((from, info));
+            self.saved.push(item);
             return;
         }
         if self.mem.kernel_stopped() || self.sending.is_some() {
-            self.held.push(Held::Plock(from, info));
+            self.held.push(item);
             return;
         }
-        self.apply(e, from, &info, out);
+        self.apply_item(e.now_ms, item, out);
     }
 
-    fn apply(&mut self, e: &LsEnv<'_>, from: u32, info: &PlockInfo, out: &mut Vec<Action>) {
+    fn apply_item(&mut self, now_ms: u64, item: Item, out: &mut Vec<Action>) {
+        match item {
+            Item::Request { from, info, claim } => {
+                self.apply_request(now_ms, from, &info, claim, out);
+            }
+            // the owner applied it when it decided; every other table now does
+            Item::Decided { from, info } => {
+                if from != self.our {
+                    self.engine_apply(now_ms, from, &info, out);
+                }
+            }
+            Item::Release { from, number } => {
+                if self.owners.owner(number) == Some(from) {
+                    self.give_back(now_ms, number, out);
+                }
+            }
+            Item::Purge(n) => {
+                self.owners.drop_requests_of(n);
+                let mut replies = Vec::new();
+                self.plocks.purge_node(now_ms, n, &mut replies);
+                for r in replies {
+                    self.reply(r.info, out);
+                }
+                self.disown(now_ms, n, out);
+            }
+            Item::Disown(n) => self.disown(now_ms, n, out),
+        }
+    }
+
+    /// The ownership rule (docs/native-mode.md): a request for a resource another node
+    /// owns, or one with requests already waiting, waits for the owner to give it back;
+    /// anything else is applied, and a claim granted when the resource is the claimer's
+    /// alone.
+    fn apply_request(
+        &mut self,
+        now_ms: u64,
+        from: u32,
+        info: &PlockInfo,
+        claim: bool,
+        out: &mut Vec<Action>,
+    ) {
+        let number = info.number;
+        if from != self.our {
+            self.local.saw_shared(number, now_ms);
+        }
+        if let Some(owner) = self.owners.owner(number) {
+            if owner != from || self.owners.recalling(number) {
+                let first = self.owners.wait(number, (from, *info, claim));
+                if first && owner == self.our {
+                    self.stats.recalls += 1;
+                    if self.native_sending {
+                        let release = PlockInfo {
+                            nodeid: i32::try_from(self.our).unwrap_or(i32::MAX),
+                            ..*info
+                        };
+                        self.push_entry(NativeKind::Release, &release, out);
+                    }
+                }
+                return;
+            }
+        }
+        if from == self.our {
+            self.local.applied(number);
+        }
+        self.engine_apply(now_ms, from, info, out);
+        if claim
+            && self.owners.owner(number).is_none()
+            && self.owners.count(from) < OWNED_MAX
+            && self.plocks.held_only_by(number, from, CLAIM_SCAN)
+        {
+            self.owners.grant(number, from);
+        }
+    }
+
+    /// The owner of `number` is cleared and what waited for it applied in order.
+    fn give_back(&mut self, now_ms: u64, number: u64, out: &mut Vec<Action>) {
+        for (from, info, claim) in self.owners.release(number) {
+            self.apply_request(now_ms, from, &info, claim, out);
+        }
+    }
+
+    /// Everything `node` owns goes back, in number order.
+    fn disown(&mut self, now_ms: u64, node: u32, out: &mut Vec<Action>) {
+        for number in self.owners.owned_by(node) {
+            self.give_back(now_ms, number, out);
+        }
+    }
+
+    /// The engine applies a request; our replies leave in the kernel's order.
+    fn engine_apply(&mut self, now_ms: u64, from: u32, info: &PlockInfo, out: &mut Vec<Action>) {
         if info.op == dlm_proto::kernel::PlockOp::CANCEL
             && !self.mem.started_members_have(HeaderFlags::CANCEL_AWARE)
         {
@@ -391,27 +665,26 @@ impl LsCore {
             // we, on every node alike (the members' START flags decide, in total order),
             // and the originator answers -EINVAL as C does
             if from == self.our {
-                out.push(Action::Reply(PlockInfo { rv: -22, ..*info }));
+                self.reply(PlockInfo { rv: -22, ..*info }, out);
             }
             return;
         }
         let mut replies = Vec::new();
         // a message from a node that lies about itself was checked above; the engine's
         // own refusal cannot happen here
-        let _ = self.plocks.apply(e.now_ms, from, info, &mut replies);
-        out.extend(replies.into_iter().map(|r| Action::Reply(r.info)));
+        let _ = self.plocks.apply(now_ms, from, info, &mut replies);
+        for r in replies {
+            self.reply(r.info, out);
+        }
+    }
+
+    fn reply(&mut self, info: PlockInfo, out: &mut Vec<Action>) {
+        self.order.answered(info, |r| out.push(Action::Reply(r)));
     }
 
     fn release_held(&mut self, e: &LsEnv<'_>, out: &mut Vec<Action>) {
-        for h in std::mem::take(&mut self.held) {
-            match h {
-                Held::Plock(from, info) => self.apply(e, from, &info, out),
-                Held::Purge(n) => {
-                    let mut replies = Vec::new();
-                    self.plocks.purge_node(e.now_ms, n, &mut replies);
-                    out.extend(replies.into_iter().map(|r| Action::Reply(r.info)));
-                }
-            }
+        for item in std::mem::take(&mut self.held) {
+            self.apply_item(e.now_ms, item, out);
         }
     }
 
@@ -423,9 +696,11 @@ impl LsCore {
                     // a membership change ends a transfer in progress: what went out is
                     // stale and a joiner of ours starts over at the next start (§5.8)
                     self.sending = None;
+                    // no local decision, no NATIVE message until a native change starts
+                    self.native_sending = false;
                     out.push(Action::StopKernel);
                 }
-                Effect::PurgePlocks(n) => self.held.push(Held::Purge(n)),
+                Effect::PurgePlocks(n) => self.held.push(Item::Purge(n)),
                 Effect::KickNode(n) => out.push(Action::KickNode(n)),
                 Effect::SendStart { seq, flags, body } => {
                     let header = DlmHeader {
@@ -451,7 +726,11 @@ impl LsCore {
                     plock_data_node,
                     nodes_added,
                     ..
-                } => self.prepare_plocks(e, plock_data_node, nodes_added, &mut out),
+                } => {
+                    self.native_sending = self.mem.started_members_have(HeaderFlags::NATIVE);
+                    self.alone = self.mem.started_members().len() == 1;
+                    self.prepare_plocks(e, plock_data_node, nodes_added, &mut out);
+                }
                 Effect::Left => {
                     self.left = true;
                     out.push(Action::Left);
@@ -536,7 +815,7 @@ impl LsCore {
     /// The next at most `max` PLOCKS_DATA messages of the transfer in progress; after the
     /// last, PLOCKS_DONE, and the plock messages held meanwhile are applied.
     pub fn pump(&mut self, e: &LsEnv<'_>, max: usize) -> Vec<Action> {
-        let mut out = Vec::new();
+        let mut out = self.flush();
         let Some(mut st) = self.sending.take() else {
             return out;
         };
@@ -586,23 +865,22 @@ impl LsCore {
         self.save_plocks = false;
         self.mem.plocks_ready();
         for info in std::mem::take(&mut self.unsent) {
-            out.push(Action::Send(
-                encode_plock_msg(&self.header(MsgType::PLOCK), &info).to_vec(),
-            ));
+            self.send_request(e.now_ms, &info, out);
         }
-        for (from, info) in std::mem::take(&mut self.saved) {
+        for item in std::mem::take(&mut self.saved) {
             if self.mem.kernel_stopped() {
-                self.held.push(Held::Plock(from, info));
+                self.held.push(item);
             } else {
-                self.apply(e, from, &info, out);
+                self.apply_item(e.now_ms, item, out);
             }
         }
     }
 
-    /// Requests waiting here: our own unsent while the table comes, deliveries held while
+    /// Requests waiting here: our own unsent while the table comes or sent and not yet
+    /// applied (in a send queue, in corosync, waiting in a recall), deliveries held while
     /// the lockspace is stopped or our table goes out.
     pub fn backlog(&self) -> usize {
-        self.unsent.len() + self.held.len()
+        self.unsent.len() + self.local.in_cpg_total() + self.held.len()
     }
 
     /// `set_lockspace_info`, for the query sockets.

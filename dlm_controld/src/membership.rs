@@ -190,6 +190,8 @@ pub struct Membership {
     kernel_stopped: bool,
     joining: bool,
     leaving: bool,
+    /// We run native mode: our START says so (docs/native-mode.md).
+    native: bool,
     need_plocks: bool,
     cpg_ring_seq: u64,
     ring_wait: bool,
@@ -213,10 +215,16 @@ impl Membership {
             joining: true,
             leaving: false,
             need_plocks: true,
+            native: true,
             cpg_ring_seq: 0,
             ring_wait: false,
             wait: WaitCondition::None,
         }
+    }
+
+    /// Whether our STARTs offer native mode (`plock_native`; on unless turned off).
+    pub fn set_native(&mut self, on: bool) {
+        self.native = on;
     }
 
     /// We asked to leave (`dlm_leave_lockspace`); the leave completes at our confchg.
@@ -726,6 +734,9 @@ impl Membership {
 
     fn start_flags(&self) -> u32 {
         let mut f = HeaderFlags::CANCEL_AWARE;
+        if self.native {
+            f |= HeaderFlags::NATIVE;
+        }
         if self.joining {
             f |= HeaderFlags::JOINING;
         }

@@ -66,6 +66,12 @@ pub struct Metrics {
     pub transfer_seconds: HistogramVec,
     /// corosync TRY_AGAIN on a lockspace's send queue, by lockspace.
     pub try_again: IntCounterVec,
+    /// Plock requests decided locally in native mode.
+    pub native_local: IntCounterVec,
+    /// Resources we owned that another node's request made us give back.
+    pub native_recalls: IntCounterVec,
+    /// NATIVE messages sent.
+    pub native_batches: IntCounterVec,
     /// Messages queued for a lockspace's group (at scrape).
     pub send_queue: IntGaugeVec,
     /// Age of the longest-waiting plock waiter, by lockspace (at scrape; 0 with none).
@@ -271,6 +277,24 @@ impl Metrics {
                 &r,
                 "dlm_cpg_try_again_total",
                 "Times corosync answered TRY_AGAIN to a lockspace's queued messages",
+                &["lockspace"],
+            ),
+            native_local: counter_vec(
+                &r,
+                "dlm_plock_local_total",
+                "Plock requests decided on this node without a CPG round trip (native mode)",
+                &["lockspace"],
+            ),
+            native_recalls: counter_vec(
+                &r,
+                "dlm_plock_recalls_total",
+                "Resources this node owned that another node's request made it give back",
+                &["lockspace"],
+            ),
+            native_batches: counter_vec(
+                &r,
+                "dlm_plock_native_messages_total",
+                "NATIVE messages (batches of plock entries) sent",
                 &["lockspace"],
             ),
             send_queue: gauge_vec(

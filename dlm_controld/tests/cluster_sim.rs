@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dlm_controld::lscore::{Action, LsCore, LsEnv};
+use dlm_controld::lscore::{Action, LsCore, LsEnv, NativeStats};
 use dlm_controld::membership::FenceView;
 use dlm_cpg::{Group, SimBus, SimGroup};
 use dlm_proto::LockspaceName;
@@ -97,6 +97,13 @@ struct Sim {
     /// Ticks (the lockspaces' monotonic seconds).
     clock: u64,
     fence: SimFence,
+    /// Nodes that do not offer native mode (as a C daemon does not): while one is a
+    /// member every lockspace is C-compatible.
+    plain: BTreeSet<u32>,
+    /// Settle rounds so far (decided entries alone go out every third).
+    turns: u64,
+    /// Native counts of nodes gone.
+    stats: NativeStats,
 }
 
 /// What the fencing checks remember.
@@ -148,12 +155,21 @@ impl Sim {
     fn join(&mut self, id: u32) {
         let group = self.bus.join(id, NAME).expect("join");
         let name = LockspaceName::new(b"sim").expect("name");
+        if let Some(old) = self.nodes.get(&id) {
+            let s = old.core.native_stats();
+            self.stats.local += s.local;
+            self.stats.recalls += s.recalls;
+        }
         self.nodes.insert(
             id,
             Node {
                 id,
                 group: Some(group),
-                core: LsCore::new(name, id, true, u64::from(id) << 17),
+                core: {
+                    let mut c = LsCore::new(name, id, true, u64::from(id) << 17);
+                    c.set_native(!self.plain.contains(&id));
+                    c
+                },
                 side: 0,
                 requests: BTreeMap::new(),
                 held: BTreeMap::new(),
@@ -333,6 +349,7 @@ impl Sim {
         let clock = self.clock;
         let mut any = false;
         for _ in 0..turns {
+            self.turns += 1;
             let mut moved = self.bus.step();
             let ids: Vec<u32> = self.nodes.keys().copied().collect();
             for id in ids {
@@ -360,6 +377,13 @@ impl Sim {
                     moved = true;
                 }
                 Self::perform(node, a, seed);
+                // the shell's end of turn: requests go at once, decided entries alone a
+                // little later
+                if node.core.batch_urgent() || (node.core.batch_pending() && self.turns % 3 == 0) {
+                    let a = node.core.flush();
+                    Self::perform(node, a, seed);
+                }
+                moved |= node.core.batch_pending();
                 // a transfer goes out a few messages per turn, interleaved with the rest
                 if node.core.sending() {
                     moved = true;
@@ -442,7 +466,7 @@ impl Sim {
             // non-blocking requests, which is where the model applies it
             node.fifo.push_back(info.pid);
         }
-        let a = node.core.request(&info);
+        let a = node.core.request(self.clock * 1000, &info);
         Self::perform(node, a, self.seed);
     }
 
@@ -477,7 +501,7 @@ impl Sim {
             },
         );
         node.fifo.push_back(info.pid);
-        let a = node.core.request(&info);
+        let a = node.core.request(self.clock * 1000, &info);
         Self::perform(node, a, self.seed);
     }
 
@@ -520,6 +544,17 @@ impl Sim {
                 );
             }
         }
+    }
+
+    /// Native counts of every node, live or gone.
+    fn native_stats(&self) -> NativeStats {
+        let mut t = self.stats;
+        for n in self.nodes.values() {
+            let s = n.core.native_stats();
+            t.local += s.local;
+            t.recalls += s.recalls;
+        }
+        t
     }
 
     /// Whole-cluster checks at a quiet moment (no partition, every live node started).
@@ -713,7 +748,7 @@ fn check_table(node: &Node, seed: u64) {
     }
 }
 
-fn run(seed: u64) {
+fn run(seed: u64) -> NativeStats {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let n = 3 + u32::try_from(rng.next(3)).expect("small");
     let mut sim = Sim {
@@ -724,6 +759,15 @@ fn run(seed: u64) {
         seed,
         clock: 1,
         fence: SimFence::default(),
+        // native everywhere; or a C-compatible node from the start (its crash, if it is
+        // the victim, turns native mode on), or as the late joiner (it turns it off)
+        plain: match seed % 4 {
+            2 => BTreeSet::from([1]),
+            3 => BTreeSet::from([n]),
+            _ => BTreeSet::new(),
+        },
+        turns: 0,
+        stats: NativeStats::default(),
     };
     // all but the last node join first; the last joins during the storm
     for id in 1..n {
@@ -800,6 +844,7 @@ fn run(seed: u64) {
         drain_closes(node, true);
     }
     sim.check_quiet();
+    sim.native_stats()
 }
 
 /// plock-spec §5.8 cases 1 and 2, which C leaves wrong: while a fourth node receives the
@@ -815,6 +860,9 @@ fn transfer_failure(seed: u64) {
         seed,
         clock: 1,
         fence: SimFence::default(),
+        plain: BTreeSet::new(),
+        turns: 0,
+        stats: NativeStats::default(),
     };
     for id in 1..=3 {
         sim.join(id);
@@ -883,10 +931,21 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn clusters_never_grant_twice_nor_lose_a_lock() {
-    for seed in seeds() {
+    let list = seeds();
+    let mut total = NativeStats::default();
+    for &seed in &list {
         let r = std::panic::catch_unwind(|| run(seed));
-        if r.is_err() {
+        let Ok(s) = r else {
             panic!("cluster simulation failed: replay with DLM_SIM_SEED={seed}");
-        }
+        };
+        total.local += s.local;
+        total.recalls += s.recalls;
+    }
+    // the runs exercised native mode: local decisions and recalls both happened
+    if list.len() >= 100 {
+        assert!(
+            total.local > list.len() as u64 / 2 && total.recalls > list.len() as u64 / 2,
+            "native mode barely ran: {total:?}"
+        );
     }
 }

@@ -163,7 +163,7 @@ pub fn run(bytes: &[u8]) {
             5 => {
                 let i = info(1);
                 asked.push(i);
-                core.request(&i)
+                core.request(0, &i)
             }
             6 => {
                 let rd = ResourceData {

@@ -89,6 +89,8 @@ pub struct ConfFile {
     pub metrics: Option<String>,
     /// This build's own `log_format=c|json` (the command line's `--log-format` wins).
     pub log_format: Option<String>,
+    /// This build's own `plock_native=0|1` (docs/native-mode.md; on when absent).
+    pub plock_native: Option<bool>,
 }
 
 impl ConfFile {
@@ -152,6 +154,16 @@ pub fn parse_conf(text: &str) -> Result<ConfFile, ConfError> {
             continue;
         }
         // this build's own keys (the C daemon warns about them and goes on)
+        if let ("plock_native", Some((_, v))) = (key, raw.split_once('=')) {
+            let v = v.split_whitespace().next().unwrap_or_default();
+            conf.plock_native = Some(match v {
+                "0" => false,
+                "1" => true,
+                _ => return Err(err("plock_native must be 0 or 1")),
+            });
+            section = Section::None;
+            continue;
+        }
         if let ("metrics" | "log_format", Some((_, v))) = (key, raw.split_once('=')) {
             let v = v.split_whitespace().next().unwrap_or_default().to_owned();
             if key == "metrics" {

@@ -102,6 +102,16 @@ const SEND_AT_ONCE: usize = 32;
 const SEND_PER_TURN: usize = 64;
 /// Queued events handled per loop turn besides the one `next_event` returns.
 const EVENTS_PER_TURN: usize = 64;
+/// Queued commands handled per loop turn besides the first (one batch of requests).
+const COMMANDS_PER_TURN: usize = 64;
+/// Decided entries alone wait at most this long for a message (docs/native-mode.md).
+const BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(5);
+
+async fn sleep_until_some(due: Option<tokio::time::Instant>) {
+    if let Some(d) = due {
+        tokio::time::sleep_until(d).await;
+    }
+}
 
 /// What identifies a local request until its reply: the reply echoes these fields.
 type PendingKey = (u8, u64, u64, u32, u64, u64, bool);
@@ -132,6 +142,9 @@ struct LsMetrics {
     transfer_messages: [prometheus::IntCounter; 2],
     transfer_seconds: prometheus::Histogram,
     try_again: prometheus::IntCounter,
+    native_local: prometheus::IntCounter,
+    native_recalls: prometheus::IntCounter,
+    native_batches: prometheus::IntCounter,
 }
 
 impl LsMetrics {
@@ -163,6 +176,9 @@ impl LsMetrics {
             ],
             transfer_seconds: m.transfer_seconds.with_label_values(&[ls]),
             try_again: m.try_again.with_label_values(&[ls]),
+            native_local: m.native_local.with_label_values(&[ls]),
+            native_recalls: m.native_recalls.with_label_values(&[ls]),
+            native_batches: m.native_batches.with_label_values(&[ls]),
         }
     }
 }
@@ -185,6 +201,8 @@ struct Shell {
     drop_log: super::admission::LogEvery,
     /// This task's share of the daemon's backlog last published.
     backlog: usize,
+    /// Native counts last published.
+    native_seen: crate::lscore::NativeStats,
 }
 
 impl Shell {
@@ -358,9 +376,10 @@ impl Shell {
             .push_back((t0, *info));
     }
 
-    /// Publishes this task's own backlog (its core's waiting requests, its send queue).
+    /// Publishes this task's own backlog (its core's requests not yet done with, counted
+    /// as requests: a NATIVE message in the send queue carries many).
     fn publish_backlog(&mut self) {
-        let now = self.core.backlog() + self.group.queued();
+        let now = self.core.backlog();
         self.publish_backlog_as(now);
     }
 
@@ -412,6 +431,65 @@ impl Shell {
                 self.pending.remove(&key);
             }
         }
+    }
+
+    fn command(&mut self, cmd: LsCommand, leave: &mut LeaveRetry) {
+        match cmd {
+            LsCommand::Poll => {
+                let a = self.with_env(|core, env| core.poll(env));
+                self.perform(a);
+            }
+            LsCommand::Plock(info, t0) => {
+                self.take(&info, t0);
+                let a = self.core.request(crate::clock::monotonic_ms(), &info);
+                self.perform(a);
+            }
+            LsCommand::Query(reply) => {
+                let mut r = self.core.report();
+                r.send_queue = self.group.queued();
+                let _ = reply.send(r);
+            }
+            LsCommand::DumpPlocks(job, ages, reply) => {
+                let mut job = job.unwrap_or_else(|| DumpJob {
+                    numbers: self.core.plocks().resource_numbers(),
+                    next: 0,
+                    ages,
+                    text: String::new(),
+                });
+                job.portion(self.core.plocks());
+                let _ = reply.send(job);
+            }
+            LsCommand::Leave => {
+                self.core.leave();
+                leave.attempt(&mut self.group);
+            }
+        }
+    }
+
+    /// The native batch: requests go at the end of the turn that read them; decided
+    /// entries alone within [`BATCH_DELAY`]. Returns when the pending batch is due.
+    fn send_batch(&mut self, due: Option<tokio::time::Instant>) -> Option<tokio::time::Instant> {
+        let now = tokio::time::Instant::now();
+        if self.core.batch_urgent() || due.is_some_and(|d| d <= now) {
+            let a = self.core.flush();
+            self.perform(a);
+        }
+        self.publish_native();
+        if !self.core.batch_pending() {
+            return None;
+        }
+        Some(due.unwrap_or(now + BATCH_DELAY))
+    }
+
+    fn publish_native(&mut self) {
+        let now = self.core.native_stats();
+        let m = &self.metrics;
+        m.native_local.inc_by(now.local - self.native_seen.local);
+        m.native_recalls
+            .inc_by(now.recalls - self.native_seen.recalls);
+        m.native_batches
+            .inc_by(now.batches - self.native_seen.batches);
+        self.native_seen = now;
     }
 
     fn event(&mut self, ev: Event) {
@@ -509,9 +587,12 @@ pub(crate) async fn run(
         ctx: ctx.clone(),
         drop_log: super::admission::LogEvery::default(),
         backlog: 0,
+        native_seen: crate::lscore::NativeStats::default(),
     };
+    ls.core.set_native(ls.ctx.native);
     ls.drain();
     let mut last_flush = Flush::Empty;
+    let mut batch_due = None;
     let mut turns = 0u32;
     let mut leave = LeaveRetry::default();
     while !ls.core.is_left() {
@@ -526,33 +607,13 @@ pub(crate) async fn run(
             // commands first: a query or a kernel request never waits behind a stream
             biased;
             cmd = commands.recv() => match cmd {
-                Some(LsCommand::Poll) => {
-                    let a = ls.with_env(|core, env| core.poll(env));
-                    ls.perform(a);
-                }
-                Some(LsCommand::Plock(info, t0)) => {
-                    ls.take(&info, t0);
-                    let a = ls.core.request(&info);
-                    ls.perform(a);
-                }
-                Some(LsCommand::Query(reply)) => {
-                    let mut r = ls.core.report();
-                    r.send_queue = ls.group.queued();
-                    let _ = reply.send(r);
-                }
-                Some(LsCommand::DumpPlocks(job, ages, reply)) => {
-                    let mut job = job.unwrap_or_else(|| DumpJob {
-                        numbers: ls.core.plocks().resource_numbers(),
-                        next: 0,
-                        ages,
-                        text: String::new(),
-                    });
-                    job.portion(ls.core.plocks());
-                    let _ = reply.send(job);
-                }
-                Some(LsCommand::Leave) => {
-                    ls.core.leave();
-                    leave.attempt(&mut ls.group);
+                Some(cmd) => {
+                    ls.command(cmd, &mut leave);
+                    // the requests read meanwhile join this turn's batch
+                    for _ in 0..COMMANDS_PER_TURN {
+                        let Ok(cmd) = commands.try_recv() else { break };
+                        ls.command(cmd, &mut leave);
+                    }
                 }
                 None => break,
             },
@@ -586,8 +647,11 @@ pub(crate) async fn run(
             () = tokio::time::sleep(LeaveRetry::PAUSE), if leave.pending => {
                 leave.attempt(&mut ls.group);
             }
+            // decided entries waiting for company: they go now
+            () = sleep_until_some(batch_due), if batch_due.is_some() => {}
         }
         ls.drain();
+        batch_due = ls.send_batch(batch_due);
         // a state transfer going out: the next portion once corosync has taken the last
         if ls.core.sending() && ls.group.queued() < SEND_PER_TURN {
             let a = ls.with_env(|core, env| core.pump(env, SEND_PER_TURN));

@@ -541,6 +541,7 @@ async fn main_loop(
         done: done_tx,
         stateful: dg.stateful.clone(),
         registry: registry.clone(),
+        native: args.config.file.plock_native.unwrap_or(true),
     };
     loop {
         if quit && registry.lock().is_ok_and(|m| m.is_empty()) {
@@ -686,6 +687,8 @@ pub(crate) struct LsContext {
     pub(crate) device: Option<Arc<MiscDevice>>,
     /// Nodes to have corosync remove (a lockspace member whose daemon died: PROCDOWN).
     pub(crate) kick: mpsc::UnboundedSender<u32>,
+    /// `plock_native` (docs/native-mode.md): our STARTs offer native mode.
+    pub(crate) native: bool,
 }
 
 fn fmt_value(v: &crate::config::Value) -> String {

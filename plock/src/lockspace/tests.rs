@@ -224,3 +224,36 @@ fn a_dump_in_portions_follows_its_plan() {
     assert_eq!(rest.lines().count(), 3, "{rest}");
     assert!(rest.lines().all(|l| l.starts_with("20 ")), "{rest}");
 }
+
+/// `held_only_by`: a resource with none, one node's locks and waiters, another node's
+/// waiter, and more entries than the limit.
+#[test]
+fn held_only_by_sees_every_lock_and_waiter() {
+    let mut t = Lockspace::new(1, 7, 3);
+    let req = |node: i32, start: u64, wait: bool| PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex: true,
+        wait,
+        flags: PlockFlags(0),
+        pid: 10,
+        nodeid: node,
+        rv: 0,
+        fsid: 7,
+        number: 5,
+        start,
+        end: start,
+        owner: u64::from(node.unsigned_abs()),
+    };
+    let mut out = Vec::new();
+    assert!(t.held_only_by(5, 2, 8), "no resource: nobody else holds it");
+    for s in 0..4 {
+        t.apply(0, 2, &req(2, s, false), &mut out).expect("apply");
+    }
+    assert!(t.held_only_by(5, 2, 8));
+    assert!(!t.held_only_by(5, 3, 8));
+    assert!(!t.held_only_by(5, 2, 3), "four locks, limit three");
+    t.apply(0, 3, &req(3, 1, true), &mut out).expect("apply");
+    assert_eq!(t.waiter_count(), 1);
+    assert!(!t.held_only_by(5, 2, 8), "node 3 waits there");
+}

@@ -87,6 +87,8 @@ impl MsgType {
     pub const RUN_REPLY: Self = Self(17);
     /// `DLM_MSG_RUN_CANCEL` (helper pipe only; never multicast)
     pub const RUN_CANCEL: Self = Self(18);
+    /// This project's batch of plock entries (docs/native-mode.md); no C daemon sends it.
+    pub const NATIVE: Self = Self(64);
 
     /// The C constant's name.
     pub fn name(self) -> Option<&'static str> {
@@ -109,6 +111,7 @@ impl MsgType {
             16 => "DLM_MSG_RUN_REQUEST",
             17 => "DLM_MSG_RUN_REPLY",
             18 => "DLM_MSG_RUN_CANCEL",
+            64 => "NATIVE",
             _ => return None,
         })
     }
@@ -138,6 +141,9 @@ impl HeaderFlags {
     /// CANCEL (kernel ≥ 6.6). C 4.x daemons neither send nor read it; a lockspace treats
     /// CANCEL as C does (unknown op) unless every member of the started change sent it.
     pub const CANCEL_AWARE: u32 = 0x100;
+    /// This project's extension, on START: the sender runs native mode
+    /// (docs/native-mode.md); a started change is native when every member sent it.
+    pub const NATIVE: u32 = 0x200;
 
     /// Whether every bit of `bit` is set.
     pub fn has(self, bit: u32) -> bool {

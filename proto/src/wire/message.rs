@@ -2,7 +2,8 @@
 
 use super::plock::decode_plock_payload;
 use super::{
-    Change, DlmHeader, FenceResult, MsgType, PlocksData, Protocol, RunReply, RunRequest, WireError,
+    Change, DlmHeader, FenceResult, MsgType, NativeBatch, PlocksData, Protocol, RunReply,
+    RunRequest, WireError,
 };
 use crate::kernel::PlockInfo;
 
@@ -35,6 +36,8 @@ pub enum Body<'a> {
     RunRequest(RunRequest<'a>),
     /// `DLM_MSG_RUN_REPLY`
     RunReply(RunReply<'a>),
+    /// This project's NATIVE batch.
+    Native(NativeBatch<'a>),
 }
 
 /// A CPG message as delivered.
@@ -64,6 +67,7 @@ impl<'a> Message<'a> {
             MsgType::FENCE_CLEAR => Body::FenceClear(FenceResult::decode(payload)?),
             MsgType::RUN_REQUEST => Body::RunRequest(RunRequest::decode(payload)?),
             MsgType::RUN_REPLY => Body::RunReply(RunReply::decode(payload)?),
+            MsgType::NATIVE => Body::Native(NativeBatch::decode(header.msgdata, payload)?),
             t if t.name().is_some() => return Err(WireError::NotOnCpg(t)),
             t => return Err(WireError::UnknownType(t.0)),
         };
@@ -107,6 +111,13 @@ impl<'a> Message<'a> {
             Body::FenceClear(f) => f.encode(MsgType::FENCE_CLEAR, h.nodeid),
             Body::RunRequest(r) => r.encode(&with(&mut h, MsgType::RUN_REQUEST))?,
             Body::RunReply(r) => r.encode(&with(&mut h, MsgType::RUN_REPLY))?,
+            Body::Native(b) => {
+                let mut w = super::NativeWriter::new(h);
+                for e in b.entries() {
+                    w.push(&e);
+                }
+                w.finish().unwrap_or_default()
+            }
         })
     }
 }

@@ -12,6 +12,7 @@ mod fence;
 mod global_id;
 mod header;
 mod message;
+mod native;
 mod plock;
 mod plocks_data;
 mod protocol;
@@ -23,6 +24,9 @@ pub use fence::{FENCE_RESULT_SIZE, FenceFlags, FenceResult, RawFenceResult};
 pub use global_id::{crc32, global_id, lockspace_group_name};
 pub use header::{DlmHeader, HEADER_SIZE, HeaderFlags, MsgType, RawDlmHeader, Version3};
 pub use message::{Body, Message};
+pub use native::{
+    MAX_NATIVE_ENTRIES, NATIVE_ENTRY_SIZE, NativeBatch, NativeEntry, NativeKind, NativeWriter,
+};
 pub use plock::{PLOCK_MSG_SIZE, RawPlockInfoLe, encode_plock_msg};
 pub use plocks_data::{
     MAX_PLOCKS_DATA_ENTRIES, MAX_PLOCKS_DATA_SIZE, PlockData, PlocksData, PlocksDataWriter,

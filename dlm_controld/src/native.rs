@@ -1,0 +1,326 @@
+//! Native mode's bookkeeping (docs/native-mode.md), sans I/O: who decides which resource
+//! and the requests waiting for an owner to give one back (replicated: every member holds
+//! the same at each point of the total order), and this node's own records for local
+//! decisions (our requests still in CPG, the kernel's reply order, resources seen shared).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use dlm_proto::kernel::PlockInfo;
+
+/// Resources one node may own; a claim beyond is refused (memory a local user's requests
+/// can make the other nodes hold is bounded).
+pub const OWNED_MAX: usize = 16_384;
+/// A resource is claimed only with at most this many locks and waiters (the check looks
+/// at each).
+pub const CLAIM_SCAN: usize = 64;
+/// After another node used a resource, we do not ask to own it for this long.
+const SHARED_MS: u64 = 1000;
+/// Resources remembered as shared.
+const SHARED_MAX: usize = 4096;
+
+/// A request delivered for an owned resource, waiting for its owner to give it back:
+/// sender, request, whether it claims.
+pub type Waiting = (u32, PlockInfo, bool);
+
+/// Who owns which resource, and the recalls in progress (replicated).
+#[derive(Debug, Default)]
+pub struct Owners {
+    owner: BTreeMap<u64, u32>,
+    recall: BTreeMap<u64, VecDeque<Waiting>>,
+    counts: BTreeMap<u32, usize>,
+    waiting: usize,
+}
+
+impl Owners {
+    /// The owner of resource `number`.
+    pub fn owner(&self, number: u64) -> Option<u32> {
+        self.owner.get(&number).copied()
+    }
+
+    /// Requests wait for the owner of `number` to give it back.
+    pub fn recalling(&self, number: u64) -> bool {
+        self.recall.contains_key(&number)
+    }
+
+    /// Resources `node` owns.
+    pub fn count(&self, node: u32) -> usize {
+        self.counts.get(&node).copied().unwrap_or(0)
+    }
+
+    /// Resources owned, by anyone.
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    /// Nobody owns anything.
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty()
+    }
+
+    /// Requests waiting in recalls.
+    pub fn waiting(&self) -> usize {
+        self.waiting
+    }
+
+    /// `node` owns `number` from now on.
+    pub fn grant(&mut self, number: u64, node: u32) {
+        if self.owner.insert(number, node).is_none() {
+            *self.counts.entry(node).or_default() += 1;
+        }
+    }
+
+    /// Queues a request for an owned resource; true when it is the first (a recall).
+    /// Bounded by what the members have in CPG: each reads no more than its plock backlog
+    /// bound from its kernel, and the owner's RELEASE is on its way.
+    pub fn wait(&mut self, number: u64, w: Waiting) -> bool {
+        let q = self.recall.entry(number).or_default();
+        q.push_back(w);
+        self.waiting += 1;
+        q.len() == 1
+    }
+
+    /// The owner of `number` is cleared; returns the requests that waited for it, in
+    /// delivery order.
+    pub fn release(&mut self, number: u64) -> VecDeque<Waiting> {
+        if let Some(node) = self.owner.remove(&number) {
+            if let Some(c) = self.counts.get_mut(&node) {
+                *c -= 1;
+                if *c == 0 {
+                    self.counts.remove(&node);
+                }
+            }
+        }
+        let q = self.recall.remove(&number).unwrap_or_default();
+        self.waiting -= q.len();
+        q
+    }
+
+    /// The resources `node` owns, in number order.
+    pub fn owned_by(&self, node: u32) -> Vec<u64> {
+        if self.count(node) == 0 {
+            return Vec::new();
+        }
+        self.owner
+            .iter()
+            .filter(|&(_, &o)| o == node)
+            .map(|(&n, _)| n)
+            .collect()
+    }
+
+    /// Forgets every waiting request of `node` (it left the lockspace).
+    pub fn drop_requests_of(&mut self, node: u32) {
+        let mut dropped = 0;
+        for q in self.recall.values_mut() {
+            let before = q.len();
+            q.retain(|(from, _, _)| *from != node);
+            dropped += before - q.len();
+        }
+        self.waiting -= dropped;
+    }
+}
+
+/// The kernel matches the reply to a non-blocking request with the oldest such request of
+/// its fsid it handed us (`dev_write`): replies ready out of that order wait here.
+#[derive(Debug, Default)]
+pub struct ReplyOrder {
+    slots: VecDeque<Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    op: u8,
+    number: u64,
+    owner: u64,
+    reply: Option<PlockInfo>,
+}
+
+impl ReplyOrder {
+    /// A request read from the kernel (in read order); only non-blocking ones with a
+    /// reply take a place.
+    pub fn expect(&mut self, info: &PlockInfo) {
+        if !info.wait && !info.flags.close() {
+            self.slots.push_back(Slot {
+                op: info.op.0,
+                number: info.number,
+                owner: info.owner,
+                reply: None,
+            });
+        }
+    }
+
+    /// A reply is ready; `emit` receives it and every later one it held back, in order.
+    pub fn answered(&mut self, reply: PlockInfo, mut emit: impl FnMut(PlockInfo)) {
+        if reply.wait {
+            emit(reply);
+            return;
+        }
+        let slot = self.slots.iter_mut().find(|s| {
+            s.reply.is_none()
+                && s.op == reply.op.0
+                && s.number == reply.number
+                && s.owner == reply.owner
+        });
+        let Some(slot) = slot else {
+            // not one we expected (cannot happen: every request is expected when read)
+            emit(reply);
+            return;
+        };
+        slot.reply = Some(reply);
+        while let Some(r) = self.slots.front().and_then(|s| s.reply) {
+            self.slots.pop_front();
+            emit(r);
+        }
+    }
+
+    /// Non-blocking requests not yet answered, or answered and held back.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// No request waits for its reply.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// This node's records for local decisions.
+#[derive(Debug, Default)]
+pub struct Local {
+    /// Our requests sent through CPG and not yet applied, per resource.
+    in_cpg: HashMap<u64, u32>,
+    /// Their sum.
+    in_cpg_total: usize,
+    /// Resources another node used lately, with when (ms).
+    shared: HashMap<u64, u64>,
+}
+
+impl Local {
+    /// One of ours for `number` went to CPG.
+    pub fn sent(&mut self, number: u64) {
+        *self.in_cpg.entry(number).or_default() += 1;
+        self.in_cpg_total += 1;
+    }
+
+    /// One of ours for `number` was applied.
+    pub fn applied(&mut self, number: u64) {
+        if let Some(n) = self.in_cpg.get_mut(&number) {
+            *n -= 1;
+            self.in_cpg_total -= 1;
+            if *n == 0 {
+                self.in_cpg.remove(&number);
+            }
+        }
+    }
+
+    /// Requests of ours for `number` still in CPG.
+    pub fn in_cpg(&self, number: u64) -> bool {
+        self.in_cpg.contains_key(&number)
+    }
+
+    /// Our requests in CPG, over every resource.
+    pub fn in_cpg_total(&self) -> usize {
+        self.in_cpg_total
+    }
+
+    /// Another node used `number` at `now_ms`.
+    pub fn saw_shared(&mut self, number: u64, now_ms: u64) {
+        if self.shared.len() >= SHARED_MAX && !self.shared.contains_key(&number) {
+            self.shared
+                .retain(|_, &mut t| now_ms.saturating_sub(t) < SHARED_MS);
+            if self.shared.len() >= SHARED_MAX {
+                self.shared.clear();
+            }
+        }
+        self.shared.insert(number, now_ms);
+    }
+
+    /// Another node used `number` within [`SHARED_MS`].
+    pub fn shared(&self, number: u64, now_ms: u64) -> bool {
+        self.shared
+            .get(&number)
+            .is_some_and(|&t| now_ms.saturating_sub(t) < SHARED_MS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlm_proto::kernel::{PlockFlags, PlockOp, PlockVersion};
+
+    fn info(op: PlockOp, number: u64, wait: bool) -> PlockInfo {
+        PlockInfo {
+            version: PlockVersion([1, 2, 0]),
+            op,
+            ex: true,
+            wait,
+            flags: PlockFlags(0),
+            pid: 1,
+            nodeid: 1,
+            rv: 0,
+            fsid: 1,
+            number,
+            start: 0,
+            end: 0,
+            owner: 9,
+        }
+    }
+
+    #[test]
+    fn a_reply_ready_early_waits_behind_older_requests() {
+        let mut o = ReplyOrder::default();
+        let (a, b, c) = (
+            info(PlockOp::GET, 1, false),
+            info(PlockOp::LOCK, 2, true),
+            info(PlockOp::UNLOCK, 3, false),
+        );
+        for i in [&a, &b, &c] {
+            o.expect(i);
+        }
+        assert_eq!(o.len(), 2, "the blocking LOCK takes no place");
+        let mut out = Vec::new();
+        o.answered(c, |r| out.push(r.number));
+        assert!(out.is_empty(), "3 waits behind 1");
+        o.answered(b, |r| out.push(r.number));
+        assert_eq!(out, [2], "a blocking reply goes at once");
+        o.answered(a, |r| out.push(r.number));
+        assert_eq!(out, [2, 1, 3]);
+        assert!(o.is_empty());
+    }
+
+    #[test]
+    fn recalls_queue_in_order_and_leave_with_the_owner() {
+        let mut w = Owners::default();
+        w.grant(5, 2);
+        w.grant(6, 2);
+        assert_eq!((w.count(2), w.owner(5)), (2, Some(2)));
+        assert!(w.wait(5, (3, info(PlockOp::LOCK, 5, true), false)));
+        assert!(!w.wait(5, (4, info(PlockOp::GET, 5, false), false)));
+        assert!(w.recalling(5) && w.waiting() == 2);
+        w.drop_requests_of(4);
+        assert_eq!(w.waiting(), 1);
+        let q = w.release(5);
+        assert_eq!(q.iter().map(|x| x.0).collect::<Vec<_>>(), [3]);
+        assert_eq!((w.owner(5), w.count(2), w.waiting()), (None, 1, 0));
+        assert_eq!(w.owned_by(2), [6]);
+        assert!(w.release(6).is_empty() && w.is_empty());
+    }
+
+    #[test]
+    fn shared_resources_are_forgotten_after_a_while_and_bounded() {
+        let mut l = Local::default();
+        l.saw_shared(1, 100);
+        assert!(l.shared(1, 100 + SHARED_MS - 1));
+        assert!(!l.shared(1, 100 + SHARED_MS));
+        for n in 0..(SHARED_MAX as u64 * 3) {
+            l.saw_shared(n, 5000);
+        }
+        assert!(l.shared.len() <= SHARED_MAX);
+        l.sent(7);
+        l.sent(7);
+        l.applied(7);
+        assert!(l.in_cpg(7));
+        assert_eq!(l.in_cpg_total(), 1);
+        l.applied(7);
+        assert!(!l.in_cpg(7) && l.in_cpg_total() == 0);
+    }
+}
