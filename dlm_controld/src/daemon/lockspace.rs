@@ -441,7 +441,12 @@ impl Shell {
             }
             LsCommand::Plock(info, t0) => {
                 self.take(&info, t0);
+                let local = self.core.native_stats().local;
                 let a = self.core.request(crate::clock::monotonic_ms(), &info);
+                if self.core.native_stats().local != local {
+                    // decided here: its _receive_plock line, as if delivered
+                    crate::log::plock_op(&self.text, crate::log::PlockLine::Receive, &info);
+                }
                 self.perform(a);
             }
             LsCommand::Query(reply) => {
@@ -494,18 +499,40 @@ impl Shell {
 
     fn event(&mut self, ev: Event) {
         // _receive_plock's log line, on every node, in delivery order
-        if let Event::Deliver { payload, .. } = &ev {
+        if let Event::Deliver {
+            payload, nodeid, ..
+        } = &ev
+        {
             self.metrics.received.inc();
-            if let Ok(dlm_proto::wire::Message {
-                body: dlm_proto::wire::Body::Plock(info),
-                ..
-            }) = dlm_proto::wire::Message::decode(payload)
-            {
-                crate::log::plock_op(&self.text, crate::log::PlockLine::Receive, &info);
-            }
+            self.log_receive(*nodeid, payload);
         }
         let actions = self.with_env(|core, env| core.event(env, ev));
         self.perform(actions);
+    }
+
+    /// The plock log's `_receive_plock` lines of a delivery: a PLOCK, or each request of a
+    /// NATIVE batch (our own decided entries were logged when we decided them).
+    fn log_receive(&self, from: u32, payload: &[u8]) {
+        use dlm_proto::wire::{Body, Message, NativeKind};
+        let line = crate::log::PlockLine::Receive;
+        match Message::decode(payload) {
+            Ok(Message {
+                body: Body::Plock(info),
+                ..
+            }) => crate::log::plock_op(&self.text, line, &info),
+            Ok(Message {
+                body: Body::Native(batch),
+                ..
+            }) => {
+                for e in batch.entries() {
+                    let theirs = from != self.ctx.our || e.kind != NativeKind::Decided;
+                    if theirs && e.kind != NativeKind::Release {
+                        crate::log::plock_op(&self.text, line, &e.info);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Handles events already queued, a bounded number per loop turn (the rest come

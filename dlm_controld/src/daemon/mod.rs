@@ -11,10 +11,10 @@ mod control;
 mod daemon_group;
 mod lockspace;
 mod metrics_http;
+mod plock_device;
 mod query;
 mod startup;
 
-use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::io::Write as _;
@@ -39,6 +39,11 @@ use daemon_group::{DaemonGroup, FenceFacts};
 
 pub use crate::lscore::LsReport;
 pub use lockspace::{DumpJob, LsCommand};
+pub(crate) use plock_device::answer_gone;
+
+/// `EEXIST`, `ENOENT` (the kernel's errno values in replies and log lines).
+pub(crate) const EEXIST: i32 = 17;
+const ENOENT: i32 = 2;
 
 /// Which group implementation carries the daemon's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +189,12 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     // two workers: a query (or a lockspace's membership work) runs beside a plock storm
     // instead of queueing behind it
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(
+            std::env::var("DLM_WORKERS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2),
+        )
         .thread_name("dlm_controld")
         .enable_all()
         .build()
@@ -516,19 +526,23 @@ async fn main_loop(
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| DaemonError::Io("SIGINT handler", e))?;
     let mut quit = false;
-    let plock_fd = match device.as_ref() {
-        // SAFETY: the Arc keeps the device (and its descriptor) open for as long as the
-        // AsyncFd that owns this clone of it.
-        Some(d) => Some(
-            unsafe {
-                AsyncFd::register_with_interest(PlockFd(d.clone()), tokio::io::Interest::READABLE)
-            }
-            .map_err(|e| DaemonError::Io("plock device registration", e.into()))?,
-        ),
-        None => None,
-    };
-    let mut fsids: BTreeMap<u32, Arc<str>> = BTreeMap::new();
-    let mut gate = DeviceGate::new();
+    let fsids = plock_device::Fsids::default();
+    let limit = Arc::new(std::sync::atomic::AtomicI64::new(
+        config.options.num(crate::config::Opt::PlockRateLimit),
+    ));
+    let (reader_tx, mut reader_failed) = mpsc::unbounded_channel();
+    if let Some(d) = device.as_ref() {
+        let reader = plock_device::reader(
+            d.clone(),
+            limit.clone(),
+            our,
+            fsids.clone(),
+            registry.clone(),
+        );
+        tokio::spawn(async move {
+            let _ = reader_tx.send(reader.await);
+        });
+    }
     let (kick_tx, mut kicks) = mpsc::unbounded_channel();
     let ctx = LsContext {
         kick: kick_tx,
@@ -555,7 +569,7 @@ async fn main_loop(
                 let Ok(mut guard) = r else { continue };
                 match guard.get_inner().0.try_recv() {
                     Ok(bytes) if bytes.is_empty() => return Err(DaemonError::Io("uevent source", io::Error::from(io::ErrorKind::UnexpectedEof))),
-                    Ok(bytes) => handle_uevent(&config, &ctx, &bytes, &registry, &mut fsids),
+                    Ok(bytes) => handle_uevent(&config, &ctx, &bytes, &registry, &fsids),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
                     Err(e) => match crate::kernel::UeventLoss::of(&e) {
                         Some(loss) => uevent_loss(loss, &e, &mut uevent_log),
@@ -588,6 +602,10 @@ async fn main_loop(
                 };
                 apply_control(c, &mut config, args.conf_path.as_deref(), seam);
                 dg.reconfigure(&config.options);
+                limit.store(
+                    config.options.num(crate::config::Opt::PlockRateLimit),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 if let Ok(mut d) = config_dump.lock() {
                     *d = Arc::new(config.options.dump());
                 }
@@ -597,15 +615,12 @@ async fn main_loop(
                 // keeps its series and its fsid
                 if !registry.lock().is_ok_and(|m| m.contains_key(&name)) {
                     crate::metrics::get().forget(&name);
-                    fsids.retain(|_, n| **n != *name);
+                    if let Ok(mut f) = fsids.write() {
+                        f.retain(|_, n| **n != *name);
+                    }
                 }
             }
-            () = gate.closed(), if !gate.open() => gate.reopen(),
-            r = readable(plock_fd.as_ref()), if gate.open() => {
-                let Ok(mut guard) = r else { continue };
-                let limit = config.options.num(crate::config::Opt::PlockRateLimit);
-                read_plocks(&mut guard, &mut gate, limit, our, &fsids, &registry)?;
-            }
+            Some(e) = reader_failed.recv() => return Err(e),
             _ = tick.tick() => {
                 if let Some(s) = services.as_mut() {
                     s.quorum.dispatch().map_err(DaemonError::Cluster)?;
@@ -772,7 +787,7 @@ fn handle_uevent(
     ctx: &LsContext,
     bytes: &[u8],
     registry: &query::Registry,
-    fsids: &mut BTreeMap<u32, Arc<str>>,
+    fsids: &plock_device::Fsids,
 ) {
     let Ok(mut lockspaces) = registry.lock() else {
         return;
@@ -804,10 +819,12 @@ fn handle_uevent(
                 .cloned()
                 .unwrap_or_default();
             let (tx, rx) = mpsc::unbounded_channel();
-            fsids.insert(
-                dlm_proto::wire::global_id(&ev.lockspace),
-                Arc::from(name.as_str()),
-            );
+            if let Ok(mut f) = fsids.write() {
+                f.insert(
+                    dlm_proto::wire::global_id(&ev.lockspace),
+                    Arc::from(name.as_str()),
+                );
+            }
             let span = tracing::debug_span!("lockspace", ls = name.as_str());
             lockspaces.insert(name, tx);
             tokio::spawn(tracing::Instrument::instrument(
@@ -821,189 +838,6 @@ fn handle_uevent(
             }
             None => tracing::error!("process_uevent {act} error -{ENOENT} errno 0"),
         },
-    }
-}
-
-struct PlockFd(Arc<MiscDevice>);
-
-impl AsRawFd for PlockFd {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsFd;
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
-/// Readiness of an optional fd (never ready when absent).
-async fn readable(
-    fd: Option<&AsyncFd<PlockFd>>,
-) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>> {
-    match fd {
-        Some(fd) => fd.readable().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// When the plock device may be read: `plock_rate_limit` (`limit_plocks`) and the backlog
-/// bound ([`lockspace::BACKLOG_MAX`]). While it is closed the kernel queues the requests.
-struct DeviceGate {
-    rate: crate::rate::RateLimit,
-    paused_until: Option<tokio::time::Instant>,
-    backlogged: bool,
-}
-
-impl DeviceGate {
-    fn new() -> Self {
-        Self {
-            rate: crate::rate::RateLimit::default(),
-            paused_until: None,
-            backlogged: false,
-        }
-    }
-
-    fn open(&self) -> bool {
-        self.paused_until.is_none() && !self.backlogged
-    }
-
-    /// A look at the backlog again this long after it was over the bound.
-    const BACKLOG_RECHECK: Duration = Duration::from_millis(10);
-
-    /// Until it may open again: the rate pause's end, or the next look at the backlog (a
-    /// fixed instant, so other events of the loop do not postpone it).
-    async fn closed(&self) {
-        match self.paused_until {
-            Some(t) => tokio::time::sleep_until(t).await,
-            None => std::future::pending().await,
-        }
-    }
-
-    fn reopen(&mut self) {
-        let now = tokio::time::Instant::now();
-        if self.paused_until.is_some_and(|t| now >= t) {
-            self.paused_until = None;
-        }
-        if self.backlogged {
-            self.backlogged = lockspace::over_backlog();
-            if self.backlogged {
-                self.paused_until = Some(now + Self::BACKLOG_RECHECK);
-            }
-        }
-    }
-
-    /// One more record may be read now under `limit` per second; otherwise it closes.
-    fn admit(&mut self, limit: i64) -> bool {
-        let now = crate::clock::monotonic_ms();
-        if let Err(resume) = self.rate.admit(limit, now) {
-            let wait = Duration::from_millis(resume.saturating_sub(now));
-            self.paused_until = Some(tokio::time::Instant::now() + wait);
-            return false;
-        }
-        if lockspace::over_backlog() {
-            crate::metrics::get().plock_read_pauses.inc();
-            self.backlogged = true;
-            self.paused_until = Some(tokio::time::Instant::now() + Self::BACKLOG_RECHECK);
-            return false;
-        }
-        true
-    }
-}
-
-/// Every request queued on the device, per wakeup (C reads one per poll), while the gate
-/// lets; readiness is kept for after a pause.
-fn read_plocks(
-    guard: &mut tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>,
-    gate: &mut DeviceGate,
-    limit: i64,
-    our: u32,
-    fsids: &BTreeMap<u32, Arc<str>>,
-    registry: &query::Registry,
-) -> Result<(), DaemonError> {
-    while gate.admit(limit) {
-        let mut buf = [0u8; 128];
-        let dev = &guard.get_inner().0;
-        match dev.try_read_record(&mut buf) {
-            Ok(0) => {
-                let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
-                return Err(DaemonError::Io("plock device", eof));
-            }
-            Ok(n) => plock_request(&buf[..n], our, fsids, registry, dev),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                guard.clear_ready();
-                return Ok(());
-            }
-            Err(e) => return Err(DaemonError::Io("plock device", e)),
-        }
-    }
-    Ok(())
-}
-
-const EEXIST: i32 = 17;
-const ENOENT: i32 = 2;
-
-/// One record from the plock device (`process_plocks`): to its lockspace's task, or an
-/// early error reply. Malformed records are dropped (the kernel never sends them).
-fn plock_request(
-    bytes: &[u8],
-    our: u32,
-    fsids: &BTreeMap<u32, Arc<str>>,
-    registry: &query::Registry,
-    device: &MiscDevice,
-) {
-    let Ok(lockspaces) = registry.lock() else {
-        return;
-    };
-    let mut info = match dlm_proto::kernel::PlockInfo::decode(bytes) {
-        Ok(i) => i,
-        Err(e) => {
-            crate::metrics::get().plock_bad_records.inc();
-            tracing::error!("dropped a plock record: {e}");
-            return;
-        }
-    };
-    info.nodeid = i32::try_from(our).unwrap_or(0);
-    // requests for a known lockspace are counted by its task
-    let name = fsids.get(&info.fsid);
-    match name {
-        Some(n) => crate::log::plock_op(n, crate::log::PlockLine::Read, &info),
-        // a plock-log line, as C: a kernel request, not bad input (and no syslog flood)
-        None => {
-            crate::metrics::get()
-                .plock_requests
-                .with_label_values(&[
-                    "unknown",
-                    crate::metrics::OPS[crate::metrics::op_index(info.op)],
-                ])
-                .inc();
-            tracing::debug!(
-                target: crate::log::PLOCK_TARGET,
-                fsid = info.fsid,
-                "process_plocks: no ls id {:x}",
-                info.fsid
-            );
-        }
-    }
-    let task = name.and_then(|n| lockspaces.get(&**n));
-    let sent = task.map(|tx| tx.send(LsCommand::Plock(info, std::time::Instant::now())));
-    if matches!(sent, Some(Ok(()))) {
-        // out of the backlog again when its task takes it (`Shell::take`)
-        crate::metrics::get().plock_backlog.inc();
-    } else {
-        // no lockspace with that fsid (C crashes here), or its task has just ended
-        answer_gone(device, &info);
-    }
-}
-
-/// The reply to a request whose lockspace is gone: -EEXIST, as C answers for an unknown
-/// fsid (a CLOSE has none).
-pub(crate) fn answer_gone(device: &MiscDevice, info: &dlm_proto::kernel::PlockInfo) {
-    if info.flags.close() {
-        return;
-    }
-    let reply = dlm_proto::kernel::PlockInfo {
-        rv: -EEXIST,
-        ..*info
-    };
-    if let Err(e) = device.write_record(&reply.encode()) {
-        tracing::error!("plock reply: {e}");
     }
 }
 
