@@ -16,7 +16,7 @@ use dlm_proto::wire::{
 };
 
 use crate::membership::{ChangeInfo, Effect, Env, FenceView, Membership, NodeHistory};
-use crate::native::{CLAIM_SCAN, Local, OWNED_MAX, Owners, ReplyOrder};
+use crate::native::{CLAIM_MAX, Local, OWNED_MAX, Owners, RELEASE_AT, ReplyOrder};
 
 /// What the lockspace's shell must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,9 +118,6 @@ struct Sending {
 /// PLOCKS_DATA messages produced at the start of a transfer, before the first `pump`.
 const PUMP_AT_START: usize = 32;
 
-/// Decided entries kept before they go out with the next message (docs/native-mode.md).
-const DECIDED_AT_ONCE: usize = 64;
-
 /// Something applied to the table in delivery order: held while the lockspace is stopped
 /// or our table goes out, saved while a joiner waits for the table.
 #[derive(Debug, Clone)]
@@ -131,8 +128,12 @@ enum Item {
         info: PlockInfo,
         claim: bool,
     },
-    /// A NATIVE `DECIDED` entry: its owner applied it already.
-    Decided { from: u32, info: PlockInfo },
+    /// A NATIVE `STATE` with its `HELD` entries: the owner's resource as it is now.
+    State {
+        from: u32,
+        number: u64,
+        state: Vec<dlm_plock::Held>,
+    },
     /// A NATIVE `RELEASE` entry.
     Release { from: u32, number: u64 },
     /// A node left: its plocks go.
@@ -194,6 +195,8 @@ pub struct LsCore {
     /// We are the started change's only member (decided entries stay here).
     alone: bool,
     stats: NativeStats,
+    /// A resource's state, reused.
+    scratch: Vec<dlm_plock::Held>,
 }
 
 impl LsCore {
@@ -231,6 +234,7 @@ impl LsCore {
             native_sending: false,
             alone: false,
             stats: NativeStats::default(),
+            scratch: Vec::new(),
         }
     }
 
@@ -393,23 +397,7 @@ impl LsCore {
                 let claim = false;
                 self.gate(e, Item::Request { from, info, claim }, &mut out);
             }
-            Body::Native(batch) => {
-                for entry in batch.entries() {
-                    if !self.sender_is(from, &entry.info, &mut out) {
-                        continue;
-                    }
-                    let info = entry.info;
-                    let item = match entry.kind {
-                        NativeKind::Request { claim } => Item::Request { from, info, claim },
-                        NativeKind::Decided => Item::Decided { from, info },
-                        NativeKind::Release => Item::Release {
-                            from,
-                            number: info.number,
-                        },
-                    };
-                    self.gate(e, item, &mut out);
-                }
-            }
+            Body::Native(batch) => self.deliver_native(e, from, &batch, &mut out),
             // only while we wait for the state (need && save), and only from the data node
             Body::PlocksData(d)
                 if self.need_plocks && self.save_plocks && from == self.data_from =>
@@ -428,6 +416,70 @@ impl LsCore {
             _ => {}
         }
         out
+    }
+
+    /// A NATIVE batch, entry by entry (a STATE with its HELD entries as one item).
+    fn deliver_native(
+        &mut self,
+        e: &LsEnv<'_>,
+        from: u32,
+        batch: &dlm_proto::wire::NativeBatch<'_>,
+        out: &mut Vec<Action>,
+    ) {
+        let mut state: Option<(u64, u16, Vec<dlm_plock::Held>)> = None;
+        for entry in batch.entries() {
+            if !self.sender_is(from, &entry.info, out) {
+                return;
+            }
+            let info = entry.info;
+            let item = match entry.kind {
+                NativeKind::Request { claim } => Item::Request { from, info, claim },
+                NativeKind::Release => Item::Release {
+                    from,
+                    number: info.number,
+                },
+                NativeKind::State { held } => {
+                    state = Some((info.number, held, Vec::with_capacity(usize::from(held))));
+                    self.state_done(e, from, &mut state, out);
+                    continue;
+                }
+                NativeKind::Held { candidate } => {
+                    // the decoder checked that HELD entries follow their STATE
+                    if let Some((_, _, v)) = state.as_mut() {
+                        v.push(held_of(&info, candidate));
+                    }
+                    self.state_done(e, from, &mut state, out);
+                    continue;
+                }
+            };
+            self.gate(e, item, out);
+        }
+    }
+
+    /// A STATE whose HELD entries have all come goes to the gate.
+    fn state_done(
+        &mut self,
+        e: &LsEnv<'_>,
+        from: u32,
+        state: &mut Option<(u64, u16, Vec<dlm_plock::Held>)>,
+        out: &mut Vec<Action>,
+    ) {
+        if state
+            .as_ref()
+            .is_some_and(|(_, n, v)| v.len() == usize::from(*n))
+        {
+            if let Some((number, _, state)) = state.take() {
+                self.gate(
+                    e,
+                    Item::State {
+                        from,
+                        number,
+                        state,
+                    },
+                    out,
+                );
+            }
+        }
     }
 
     /// Our leave completed ([`Action::Left`] was returned).
@@ -463,24 +515,99 @@ impl LsCore {
             && self.owners.owner(number) == Some(self.our)
             && !self.owners.recalling(number)
             && !self.local.in_cpg(number)
+            && !self.local.releasing.contains(&number)
     }
 
     fn decide(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
         self.stats.local += 1;
         self.engine_apply(now_ms, self.our, info, out);
         // a GET changes nothing; alone, nobody else keeps a table
-        if info.op != dlm_proto::kernel::PlockOp::GET && !self.alone {
-            self.push_entry(NativeKind::Decided, info, out);
-            if self.writer.len() >= DECIDED_AT_ONCE {
-                out.extend(self.flush());
+        if info.op == dlm_proto::kernel::PlockOp::GET || self.alone {
+            return;
+        }
+        self.local.dirty.insert(info.number);
+        // a resource grown too big for one STATE goes back to the shared table
+        if self.plocks.holders(info.number).0 > RELEASE_AT {
+            self.give_back_ours(info.number, out);
+        }
+    }
+
+    /// We give back a resource we own: its STATE (if our decisions changed it since the
+    /// last), then RELEASE; we decide it no more.
+    fn give_back_ours(&mut self, number: u64, out: &mut Vec<Action>) {
+        if !self.native_sending || !self.local.releasing.insert(number) {
+            return;
+        }
+        self.send_state(number, out);
+        let release = self.resource_info(number);
+        self.push_entry(NativeKind::Release, &release, out);
+    }
+
+    /// STATE and HELD entries of resource `number` as our table has it, if our decisions
+    /// changed it since its last STATE.
+    fn send_state(&mut self, number: u64, out: &mut Vec<Action>) {
+        if !self.local.dirty.remove(&number) {
+            return;
+        }
+        let mut held = std::mem::take(&mut self.scratch);
+        self.plocks.resource_state(number, &mut held);
+        if self.writer.len() + 1 + held.len() > dlm_proto::wire::MAX_NATIVE_ENTRIES {
+            out.extend(self.flush());
+        }
+        let header = self.resource_info(number);
+        let count = u16::try_from(held.len()).unwrap_or(u16::MAX);
+        self.push_entry(NativeKind::State { held: count }, &header, out);
+        for h in &held {
+            let info = info_of(&header, &h.data);
+            let kind = NativeKind::Held {
+                candidate: h.candidate,
+            };
+            self.push_entry(kind, &info, out);
+        }
+        self.scratch = held;
+    }
+
+    /// The info of a RELEASE or STATE entry of ours: the resource and us, nothing else.
+    fn resource_info(&self, number: u64) -> PlockInfo {
+        PlockInfo {
+            version: dlm_proto::kernel::PLOCK_VERSION,
+            op: dlm_proto::kernel::PlockOp::UNLOCK,
+            ex: false,
+            wait: false,
+            flags: dlm_proto::kernel::PlockFlags(0),
+            pid: 0,
+            nodeid: i32::try_from(self.our).unwrap_or(i32::MAX),
+            rv: 0,
+            fsid: self.gid,
+            number,
+            start: 0,
+            end: 0,
+            owner: 0,
+        }
+    }
+
+    /// Every resource our decisions changed goes out as a STATE, then the batch: what the
+    /// shell sends every few milliseconds, and what goes before our START.
+    pub fn sync(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.native_sending {
+            for number in std::mem::take(&mut self.local.dirty) {
+                self.local.dirty.insert(number);
+                self.send_state(number, &mut out);
             }
         }
+        out.extend(self.flush());
+        out
     }
 
     /// A request of ours to CPG: a NATIVE entry (claiming a resource nobody owns and no
     /// other node used lately) or, in a C-compatible lockspace, a PLOCK message.
     fn send_request(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
         self.local.sent(info.number);
+        if self.native_sending {
+            // replicas have what we decided on it before they apply this
+            self.send_state(info.number, out);
+        }
         if !self.native_sending {
             out.push(Action::Send(
                 encode_plock_msg(&self.header(MsgType::PLOCK), info).to_vec(),
@@ -518,9 +645,10 @@ impl LsCore {
         self.batch_requests
     }
 
-    /// The batch holds decided entries only: send it within a few milliseconds.
+    /// The batch holds entries, or our decisions changed resources others have not seen:
+    /// [`Self::sync`] within a few milliseconds.
     pub fn batch_pending(&self) -> bool {
-        !self.writer.is_empty()
+        !self.writer.is_empty() || !self.local.dirty.is_empty()
     }
 
     /// The once-a-second retry, or a quorum change.
@@ -573,13 +701,20 @@ impl LsCore {
             Item::Request { from, info, claim } => {
                 self.apply_request(now_ms, from, &info, claim, out);
             }
-            // the owner applied it when it decided; every other table now does
-            Item::Decided { from, info } => {
-                if from != self.our {
-                    self.engine_apply(now_ms, from, &info, out);
+            // the owner's table has it already; every other table becomes it
+            Item::State {
+                from,
+                number,
+                state,
+            } => {
+                if from != self.our && self.owners.owner(number) == Some(from) {
+                    let _ = self.plocks.replace_resource(now_ms, number, &state);
                 }
             }
             Item::Release { from, number } => {
+                if from == self.our {
+                    self.local.releasing.remove(&number);
+                }
                 if self.owners.owner(number) == Some(from) {
                     self.give_back(now_ms, number, out);
                 }
@@ -618,13 +753,7 @@ impl LsCore {
                 let first = self.owners.wait(number, (from, *info, claim));
                 if first && owner == self.our {
                     self.stats.recalls += 1;
-                    if self.native_sending {
-                        let release = PlockInfo {
-                            nodeid: i32::try_from(self.our).unwrap_or(i32::MAX),
-                            ..*info
-                        };
-                        self.push_entry(NativeKind::Release, &release, out);
-                    }
+                    self.give_back_ours(number, out);
                 }
                 return;
             }
@@ -633,10 +762,13 @@ impl LsCore {
             self.local.applied(number);
         }
         self.engine_apply(now_ms, from, info, out);
+        let (held, by) = self.plocks.holders(number);
+        let theirs = held == 0 || by.is_some_and(|n| i64::from(n) == i64::from(from));
         if claim
+            && theirs
+            && held <= CLAIM_MAX
             && self.owners.owner(number).is_none()
             && self.owners.count(from) < OWNED_MAX
-            && self.plocks.held_only_by(number, from, CLAIM_SCAN)
         {
             self.owners.grant(number, from);
         }
@@ -696,8 +828,11 @@ impl LsCore {
                     // a membership change ends a transfer in progress: what went out is
                     // stale and a joiner of ours starts over at the next start (§5.8)
                     self.sending = None;
-                    // no local decision, no NATIVE message until a native change starts
+                    // what we decided goes out before our START; then no local decision,
+                    // no NATIVE message until a native change starts
+                    out.extend(self.sync());
                     self.native_sending = false;
+                    self.local.dirty.clear();
                     out.push(Action::StopKernel);
                 }
                 Effect::PurgePlocks(n) => self.held.push(Item::Purge(n)),
@@ -936,5 +1071,37 @@ impl LsCore {
             oldest_waiter_since_ms: self.plocks.oldest_waiter_since(),
             send_queue: 0,
         }
+    }
+}
+
+/// A HELD entry's lock or waiter.
+fn held_of(info: &PlockInfo, candidate: bool) -> dlm_plock::Held {
+    dlm_plock::Held {
+        data: dlm_proto::wire::PlockData {
+            start: info.start,
+            end: info.end,
+            owner: info.owner,
+            pid: info.pid,
+            nodeid: u32::try_from(info.nodeid).unwrap_or(0),
+            ex: info.ex,
+            waiter: info.wait,
+        },
+        candidate,
+    }
+}
+
+/// The HELD entry of a lock or waiter of the STATE `header`.
+fn info_of(header: &PlockInfo, d: &dlm_proto::wire::PlockData) -> PlockInfo {
+    PlockInfo {
+        version: dlm_proto::kernel::PLOCK_VERSION,
+        op: dlm_proto::kernel::PlockOp::LOCK,
+        ex: d.ex,
+        wait: d.waiter,
+        pid: d.pid,
+        nodeid: i32::try_from(d.nodeid).unwrap_or(i32::MAX),
+        start: d.start,
+        end: d.end,
+        owner: d.owner,
+        ..*header
     }
 }

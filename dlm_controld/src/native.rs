@@ -10,9 +10,11 @@ use dlm_proto::kernel::PlockInfo;
 /// Resources one node may own; a claim beyond is refused (memory a local user's requests
 /// can make the other nodes hold is bounded).
 pub const OWNED_MAX: usize = 16_384;
-/// A resource is claimed only with at most this many locks and waiters (the check looks
-/// at each).
-pub const CLAIM_SCAN: usize = 64;
+/// A resource is claimed only with at most this many locks and waiters.
+pub const CLAIM_MAX: usize = 64;
+/// An owner gives a resource back when it grows past this many locks and waiters (its
+/// STATE must fit in one message: at most [`dlm_proto::wire::MAX_STATE_HELD`]).
+pub const RELEASE_AT: usize = 200;
 /// After another node used a resource, we do not ask to own it for this long.
 const SHARED_MS: u64 = 1000;
 /// Resources remembered as shared.
@@ -192,6 +194,10 @@ pub struct Local {
     in_cpg_total: usize,
     /// Resources another node used lately, with when (ms).
     shared: HashMap<u64, u64>,
+    /// Owned resources our local decisions changed since their last STATE.
+    pub dirty: std::collections::BTreeSet<u64>,
+    /// Owned resources we gave back (RELEASE sent, not yet delivered).
+    pub releasing: std::collections::HashSet<u64>,
 }
 
 impl Local {

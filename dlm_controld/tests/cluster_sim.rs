@@ -380,7 +380,7 @@ impl Sim {
                 // the shell's end of turn: requests go at once, decided entries alone a
                 // little later
                 if node.core.batch_urgent() || (node.core.batch_pending() && self.turns % 3 == 0) {
-                    let a = node.core.flush();
+                    let a = node.core.sync();
                     Self::perform(node, a, seed);
                 }
                 moved |= node.core.batch_pending();

@@ -99,28 +99,6 @@ impl Lockspace {
         locks.chain(waiters)
     }
 
-    /// Whether every lock and waiter of resource `number` is node `nodeid`'s (true for a
-    /// resource with none), looking at no more than `limit` of them (false beyond): native
-    /// mode's ownership rule, decided alike on every replica.
-    pub fn held_only_by(&self, number: u64, nodeid: u32, limit: usize) -> bool {
-        let Some(r) = self.find(number) else {
-            return true;
-        };
-        let node = i64::from(nodeid);
-        let nodes = self
-            .locks_of(r)
-            .map(|(_, _, l)| l.nodeid)
-            .chain(self.waiters_of(r).map(|w| w.info.nodeid));
-        let mut seen = 0usize;
-        for n in nodes {
-            seen += 1;
-            if seen > limit || i64::from(n) != node {
-                return false;
-            }
-        }
-        true
-    }
-
     /// C's dump text in one string (tests and small tables; the daemon streams [`Self::dump`]).
     pub fn dump_text(&self) -> String {
         self.dump(0).map(|e| e.to_string()).collect()

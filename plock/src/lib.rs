@@ -53,4 +53,5 @@ mod snapshot;
 pub use dump::DumpEntry;
 pub use effects::{ApplyError, Reply, RestoreError};
 pub use lockspace::Lockspace;
+pub use lockspace::state::Held;
 pub use snapshot::{Chunk, Snapshot, SnapshotCursor};

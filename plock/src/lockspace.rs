@@ -27,10 +27,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 
 use crate::arena::{Arena, ListHead, Slot, mix64};
-use crate::effects::{ApplyError, Reply};
+use crate::effects::{ApplyError, Reply, RestoreError};
 use crate::range::{Overlap, overlap_type, shrink};
 
 mod locks;
+pub(crate) mod state;
 mod table;
 #[cfg(test)]
 mod tests;

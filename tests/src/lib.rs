@@ -1,6 +1,7 @@
 //! `dlm-tests`: the fake kernel (library and `fake_kernel` binary); the multi-node
 //! simulator and the cluster tests arrive with the cluster issue.
 
+pub mod closed_loop;
 pub mod fake_kernel;
 
 pub use fake_kernel::{FakeKernel, Record, configfs_members, control_writes, writes};

@@ -274,6 +274,11 @@ impl Cluster {
         c
     }
 
+    /// Node k's corosync process id (the `sh` execs into corosync; 0 when stopped).
+    pub fn corosync_pid(&self, k: usize) -> u32 {
+        self.children[k].as_ref().map_or(0, Child::id)
+    }
+
     /// (Re)starts node k's corosync.
     pub fn start_node(&mut self, k: usize) {
         let conf = self.dir.join(format!("n{k}/corosync.conf"));

@@ -104,8 +104,9 @@ const SEND_PER_TURN: usize = 64;
 const EVENTS_PER_TURN: usize = 64;
 /// Queued commands handled per loop turn besides the first (one batch of requests).
 const COMMANDS_PER_TURN: usize = 64;
-/// Decided entries alone wait at most this long for a message (docs/native-mode.md).
-const BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(5);
+/// Our decisions reach the other members' tables (STATEs) at most this late
+/// (docs/native-mode.md).
+const BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
 async fn sleep_until_some(due: Option<tokio::time::Instant>) {
     if let Some(d) = due {
@@ -471,12 +472,12 @@ impl Shell {
         }
     }
 
-    /// The native batch: requests go at the end of the turn that read them; decided
-    /// entries alone within [`BATCH_DELAY`]. Returns when the pending batch is due.
+    /// The native batch: requests go at the end of the turn that read them; the STATEs of
+    /// what we decided within [`BATCH_DELAY`]. Returns when the pending batch is due.
     fn send_batch(&mut self, due: Option<tokio::time::Instant>) -> Option<tokio::time::Instant> {
         let now = tokio::time::Instant::now();
         if self.core.batch_urgent() || due.is_some_and(|d| d <= now) {
-            let a = self.core.flush();
+            let a = self.core.sync();
             self.perform(a);
         }
         self.publish_native();
@@ -499,20 +500,18 @@ impl Shell {
 
     fn event(&mut self, ev: Event) {
         // _receive_plock's log line, on every node, in delivery order
-        if let Event::Deliver {
-            payload, nodeid, ..
-        } = &ev
-        {
+        if let Event::Deliver { payload, .. } = &ev {
             self.metrics.received.inc();
-            self.log_receive(*nodeid, payload);
+            self.log_receive(payload);
         }
         let actions = self.with_env(|core, env| core.event(env, ev));
         self.perform(actions);
     }
 
     /// The plock log's `_receive_plock` lines of a delivery: a PLOCK, or each request of a
-    /// NATIVE batch (our own decided entries were logged when we decided them).
-    fn log_receive(&self, from: u32, payload: &[u8]) {
+    /// NATIVE batch (a decision of ours was logged when we made it; another owner's reach
+    /// us as STATEs, not requests).
+    fn log_receive(&self, payload: &[u8]) {
         use dlm_proto::wire::{Body, Message, NativeKind};
         let line = crate::log::PlockLine::Receive;
         match Message::decode(payload) {
@@ -525,8 +524,7 @@ impl Shell {
                 ..
             }) => {
                 for e in batch.entries() {
-                    let theirs = from != self.ctx.our || e.kind != NativeKind::Decided;
-                    if theirs && e.kind != NativeKind::Release {
+                    if matches!(e.kind, NativeKind::Request { .. }) {
                         crate::log::plock_op(&self.text, line, &e.info);
                     }
                 }

@@ -25,7 +25,8 @@ pub use global_id::{crc32, global_id, lockspace_group_name};
 pub use header::{DlmHeader, HEADER_SIZE, HeaderFlags, MsgType, RawDlmHeader, Version3};
 pub use message::{Body, Message};
 pub use native::{
-    MAX_NATIVE_ENTRIES, NATIVE_ENTRY_SIZE, NativeBatch, NativeEntry, NativeKind, NativeWriter,
+    MAX_NATIVE_ENTRIES, MAX_STATE_HELD, NATIVE_ENTRY_SIZE, NativeBatch, NativeEntry, NativeKind,
+    NativeWriter,
 };
 pub use plock::{PLOCK_MSG_SIZE, RawPlockInfoLe, encode_plock_msg};
 pub use plocks_data::{

@@ -1,8 +1,9 @@
 //! NATIVE (64): this project's batch of plock entries, multicast only in a lockspace whose
 //! members all run it (docs/native-mode.md). The header (`msgdata` = entry count), then
-//! entries of 72 bytes: `kind`, `flags`, 6 zero bytes, and the 64 bytes of a PLOCK
-//! message's `dlm_plock_info` (little-endian). C daemons never see one in a lockspace
-//! they are started in.
+//! entries of 72 bytes: `kind`, `flags`, `count` (u16, little-endian; STATE only), 4 zero
+//! bytes, and the 64 bytes of a PLOCK message's `dlm_plock_info` (little-endian). A STATE
+//! entry is followed in the same message by exactly `count` HELD entries of its resource.
+//! C daemons never see one in a lockspace they are started in.
 
 use zerocopy::IntoBytes;
 
@@ -17,9 +18,13 @@ pub const MAX_NATIVE_ENTRIES: usize = 256;
 
 const PREFIX: usize = NATIVE_ENTRY_SIZE - crate::kernel::PLOCK_INFO_SIZE;
 const KIND_REQUEST: u8 = 1;
-const KIND_DECIDED: u8 = 2;
 const KIND_RELEASE: u8 = 3;
+const KIND_STATE: u8 = 4;
+const KIND_HELD: u8 = 5;
 const FLAG_CLAIM: u8 = 1;
+const FLAG_CANDIDATE: u8 = 2;
+/// HELD entries one STATE may announce (a state fits in one message).
+pub const MAX_STATE_HELD: usize = MAX_NATIVE_ENTRIES - 1;
 
 /// What an entry asks of the replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,10 +34,18 @@ pub enum NativeKind {
         /// The sender asks to decide the resource locally from now on.
         claim: bool,
     },
-    /// A request its sender, the resource's owner, has already applied and answered.
-    Decided,
     /// The owner gives resource `info.number` back.
     Release,
+    /// The owner's resource `info.number` holds exactly the `held` HELD entries that follow.
+    State {
+        /// HELD entries that follow.
+        held: u16,
+    },
+    /// One lock (`info.wait` 0) or waiter (`wait` 1) of the STATE before it.
+    Held {
+        /// A waiter to examine at the resource's next waiter pass.
+        candidate: bool,
+    },
 }
 
 /// One entry of a NATIVE message.
@@ -47,19 +60,31 @@ pub struct NativeEntry {
 impl NativeEntry {
     fn decode(bytes: &[u8]) -> Result<Self, WireError> {
         let (kind, flags) = (bytes[0], bytes[1]);
-        if bytes[2..PREFIX].iter().any(|&b| b != 0) {
+        let count = u16::from_le_bytes([bytes[2], bytes[3]]);
+        if bytes[4..PREFIX].iter().any(|&b| b != 0) {
             return Err(WireError::field("native pad", 1u8, "must be zero"));
+        }
+        if count != 0 && kind != KIND_STATE {
+            return Err(WireError::field("native count", count, "only on STATE"));
         }
         let kind = match (kind, flags) {
             (KIND_REQUEST, f) if f & !FLAG_CLAIM == 0 => NativeKind::Request {
                 claim: f & FLAG_CLAIM != 0,
             },
-            (KIND_DECIDED, 0) => NativeKind::Decided,
             (KIND_RELEASE, 0) => NativeKind::Release,
-            (KIND_REQUEST | KIND_DECIDED | KIND_RELEASE, f) => {
+            (KIND_STATE, 0) if usize::from(count) <= MAX_STATE_HELD => {
+                NativeKind::State { held: count }
+            }
+            (KIND_STATE, 0) => {
+                return Err(WireError::field("native count", count, "more than 255"));
+            }
+            (KIND_HELD, f) if f & !FLAG_CANDIDATE == 0 => NativeKind::Held {
+                candidate: f & FLAG_CANDIDATE != 0,
+            },
+            (KIND_REQUEST | KIND_RELEASE | KIND_STATE | KIND_HELD, f) => {
                 return Err(WireError::field("native flags", f, "unknown flag"));
             }
-            (k, _) => return Err(WireError::field("native kind", k, "not 1, 2 or 3")),
+            (k, _) => return Err(WireError::field("native kind", k, "not 1, 3, 4 or 5")),
         };
         Ok(Self {
             kind,
@@ -68,12 +93,14 @@ impl NativeEntry {
     }
 
     fn encode_into(&self, out: &mut Vec<u8>) {
-        let (kind, flags) = match self.kind {
-            NativeKind::Request { claim } => (KIND_REQUEST, if claim { FLAG_CLAIM } else { 0 }),
-            NativeKind::Decided => (KIND_DECIDED, 0),
-            NativeKind::Release => (KIND_RELEASE, 0),
+        let (kind, flags, count) = match self.kind {
+            NativeKind::Request { claim } => (KIND_REQUEST, u8::from(claim) * FLAG_CLAIM, 0),
+            NativeKind::Release => (KIND_RELEASE, 0, 0),
+            NativeKind::State { held } => (KIND_STATE, 0, held),
+            NativeKind::Held { candidate } => (KIND_HELD, u8::from(candidate) * FLAG_CANDIDATE, 0),
         };
-        out.extend_from_slice(&[kind, flags, 0, 0, 0, 0, 0, 0]);
+        let [c0, c1] = count.to_le_bytes();
+        out.extend_from_slice(&[kind, flags, c0, c1, 0, 0, 0, 0]);
         out.extend_from_slice(RawPlockInfoLe::from(&self.info).as_bytes());
     }
 }
@@ -103,8 +130,42 @@ impl<'a> NativeBatch<'a> {
                 got: payload.len(),
             });
         }
+        // every STATE is followed by exactly its HELD entries, of its resource
+        let mut held_left = 0u16;
+        let mut number = 0u64;
         for e in payload.chunks_exact(NATIVE_ENTRY_SIZE) {
-            NativeEntry::decode(e)?;
+            let e = NativeEntry::decode(e)?;
+            match e.kind {
+                NativeKind::Held { .. } if held_left > 0 && e.info.number == number => {
+                    held_left -= 1;
+                }
+                NativeKind::Held { .. } => {
+                    return Err(WireError::field(
+                        "native HELD",
+                        e.info.number,
+                        "not after its STATE",
+                    ));
+                }
+                _ if held_left > 0 => {
+                    return Err(WireError::field(
+                        "native STATE",
+                        held_left,
+                        "HELD entries missing",
+                    ));
+                }
+                NativeKind::State { held } => {
+                    held_left = held;
+                    number = e.info.number;
+                }
+                _ => {}
+            }
+        }
+        if held_left > 0 {
+            return Err(WireError::field(
+                "native STATE",
+                held_left,
+                "HELD entries missing",
+            ));
         }
         Ok(Self { bytes: payload })
     }
@@ -231,8 +292,12 @@ mod tests {
                 info: info(PlockOp::LOCK, 5),
             },
             NativeEntry {
-                kind: NativeKind::Decided,
+                kind: NativeKind::State { held: 1 },
                 info: info(PlockOp::UNLOCK, 6),
+            },
+            NativeEntry {
+                kind: NativeKind::Held { candidate: true },
+                info: info(PlockOp::LOCK, 6),
             },
             NativeEntry {
                 kind: NativeKind::Release,
@@ -244,10 +309,10 @@ mod tests {
         }
         let bytes = w.finish().expect("three entries");
         assert!(w.is_empty() && w.finish().is_none());
-        assert_eq!(bytes.len(), HEADER_SIZE + 3 * NATIVE_ENTRY_SIZE);
+        assert_eq!(bytes.len(), HEADER_SIZE + 4 * NATIVE_ENTRY_SIZE);
         let m = Message::decode(&bytes).expect("decodes");
         assert_eq!(m.header.msg_type, MsgType::NATIVE);
-        assert_eq!(m.header.msgdata, 3);
+        assert_eq!(m.header.msgdata, 4);
         let Body::Native(b) = m.body else {
             panic!("not native: {:?}", m.body)
         };
@@ -255,7 +320,8 @@ mod tests {
         // golden: the prefix of the first entry, then the first info's version field
         assert_eq!(&bytes[40..48], &[1, 1, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&bytes[48..52], &1u32.to_le_bytes());
-        assert_eq!(&bytes[40 + 72..40 + 80], &[2, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[40 + 72..40 + 80], &[4, 0, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[40 + 144..40 + 152], &[5, 2, 0, 0, 0, 0, 0, 0]);
         // the encoded message equals what Message::encode makes of it
         assert_eq!(m.encode().expect("encodes"), bytes);
     }
@@ -264,7 +330,7 @@ mod tests {
     fn bad_batches_are_refused_with_the_check() {
         let mut w = writer();
         w.push(&NativeEntry {
-            kind: NativeKind::Decided,
+            kind: NativeKind::Release,
             info: info(PlockOp::LOCK, 1),
         });
         let good = w.finish().expect("one");
@@ -284,8 +350,11 @@ mod tests {
             })
         ));
         let mut flag = good.clone();
-        flag[41] = 1; // claim on a decided entry
+        flag[41] = 1; // claim on a RELEASE
         assert!(Message::decode(&flag).is_err());
+        let mut count = good.clone();
+        count[42] = 1; // a count on a RELEASE
+        assert!(Message::decode(&count).is_err());
         let mut pad = good.clone();
         pad[45] = 1;
         assert!(Message::decode(&pad).is_err());
@@ -297,10 +366,35 @@ mod tests {
     }
 
     #[test]
+    fn a_state_comes_with_exactly_its_held_entries() {
+        let state = |held| NativeEntry {
+            kind: NativeKind::State { held },
+            info: info(PlockOp::LOCK, 3),
+        };
+        let held = |number| NativeEntry {
+            kind: NativeKind::Held { candidate: false },
+            info: info(PlockOp::LOCK, number),
+        };
+        let batch = |entries: &[NativeEntry]| {
+            let mut w = writer();
+            for e in entries {
+                w.push(e);
+            }
+            Message::decode(&w.finish().expect("entries")).map(|_| ())
+        };
+        assert!(batch(&[state(2), held(3), held(3)]).is_ok());
+        assert!(batch(&[state(0)]).is_ok(), "an empty resource");
+        assert!(batch(&[state(2), held(3)]).is_err(), "one missing");
+        assert!(batch(&[held(3)]).is_err(), "no STATE");
+        assert!(batch(&[state(1), held(4)]).is_err(), "another resource");
+        assert!(batch(&[state(1), state(0)]).is_err(), "a STATE in a STATE");
+    }
+
+    #[test]
     fn a_full_writer_refuses_more() {
         let mut w = writer();
         let e = NativeEntry {
-            kind: NativeKind::Decided,
+            kind: NativeKind::Request { claim: false },
             info: info(PlockOp::LOCK, 1),
         };
         for _ in 0..MAX_NATIVE_ENTRIES {

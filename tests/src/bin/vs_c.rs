@@ -15,14 +15,15 @@
 #[allow(clippy::all, missing_debug_implementations)]
 mod support;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlm_proto::LockspaceName;
-use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_proto::kernel::PlockInfo;
+use dlm_tests::closed_loop::{Drive, LockUnlock, drive, permille_us};
 use dlm_tests::{
     Daemon, FakeKernel, build_shim, cpu_ticks, start_c_daemon, start_daemon_on_corosync,
 };
@@ -35,6 +36,7 @@ enum Kind {
     StandIn,
     CDefault,
     COwnership,
+    OursCompat,
     Ours,
 }
 
@@ -44,7 +46,8 @@ impl Kind {
             Self::StandIn => "stand-in (answers at once)",
             Self::CDefault => "C 4.2.0",
             Self::COwnership => "C 4.2.0 plock_ownership=1",
-            Self::Ours => "ours",
+            Self::OursCompat => "ours, plock_native=0 (C-compatible)",
+            Self::Ours => "ours (native mode)",
         }
     }
 }
@@ -84,80 +87,6 @@ struct Run {
     daemon_us_op: f64,
     corosync_us_op: f64,
     out_of_order: u64,
-}
-
-fn request(fsid: u32, op: PlockOp, owner: u64, lock: (u64, u64, u64, bool)) -> PlockInfo {
-    let (number, start, end, wait) = lock;
-    PlockInfo {
-        version: PLOCK_VERSION,
-        op,
-        ex: true,
-        wait: wait && op == PlockOp::LOCK,
-        flags: PlockFlags(0),
-        pid: u32::try_from(owner).unwrap_or(0),
-        nodeid: 0,
-        rv: 0,
-        fsid,
-        number,
-        start,
-        end,
-        owner,
-    }
-}
-
-/// The closed loop for `secs`: every reply is one op; the process that got it sends its
-/// next request (LOCK after UNLOCK and back). Then the drain, not counted: each process
-/// unlocks what it holds and sends nothing more, so no reply of this case is left to meet
-/// the next one. `None` if the daemon stopped answering.
-fn drive(k: &FakeKernel, fsid: u32, case: Case, secs: f64) -> Option<(u64, Vec<Duration>, u64)> {
-    // owners of their own per case, so nothing of another case can be taken for theirs
-    let first = 100 + 1000 * case as u64;
-    let mut sent_at: BTreeMap<u64, Instant> = BTreeMap::new();
-    // non-blocking requests in the order sent: their replies must come in that order
-    let mut order: VecDeque<(u64, PlockOp)> = VecDeque::new();
-    let send = |op, owner, sent_at: &mut BTreeMap<u64, Instant>, order: &mut VecDeque<_>| {
-        let r = request(fsid, op, owner, case.lock_of(owner - first));
-        if !r.wait {
-            order.push_back((owner, op));
-        }
-        sent_at.insert(owner, Instant::now());
-        k.send_plock(&r).ok()
-    };
-    for p in 0..PROCS {
-        send(PlockOp::LOCK, first + p, &mut sent_at, &mut order)?;
-    }
-    let (mut ops, mut lat, mut out_of_order) = (0u64, Vec::new(), 0u64);
-    let t0 = Instant::now();
-    let mut draining = false;
-    while !sent_at.is_empty() {
-        let r = k.recv_plock(Duration::from_secs(5))?;
-        if !r.wait {
-            match order.iter().position(|&(o, op)| o == r.owner && op == r.op) {
-                Some(0) => {
-                    order.pop_front();
-                }
-                Some(i) => {
-                    out_of_order += 1;
-                    order.remove(i);
-                }
-                None => {}
-            }
-        }
-        let Some(t) = sent_at.remove(&r.owner) else {
-            continue;
-        };
-        draining = draining || t0.elapsed().as_secs_f64() >= secs;
-        if !draining {
-            lat.push(t.elapsed());
-            ops += 1;
-        }
-        match (r.op == PlockOp::LOCK, draining) {
-            (true, _) => send(PlockOp::UNLOCK, r.owner, &mut sent_at, &mut order)?,
-            (false, false) => send(PlockOp::LOCK, r.owner, &mut sent_at, &mut order)?,
-            (false, true) => {}
-        }
-    }
-    Some((ops, lat, out_of_order))
 }
 
 /// A daemon stand-in on the fake kernel's plock device: every request answered rv 0 at once.
@@ -203,8 +132,13 @@ fn start(cs: &Corosync, base: &Path, shim: &Path, kind: Kind, n: usize) -> Optio
     let log = base.join(format!("c{n}.log"));
     let (daemon, standin) = match kind {
         Kind::StandIn => (None, Some(stand_in(&root)?)),
-        Kind::Ours => {
+        Kind::Ours | Kind::OursCompat => {
             let bin = here.join("dlm_controld");
+            if kind == Kind::OursCompat {
+                let etc = root.join("etc/dlm");
+                std::fs::create_dir_all(&etc).ok()?;
+                std::fs::write(etc.join("dlm.conf"), "plock_native=0\n").ok()?;
+            }
             (
                 Some(start_daemon_on_corosync(&cs.netns, &bin, &root, &k, &[])?),
                 None,
@@ -245,13 +179,16 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     }
     let dpid = s.daemon.as_ref().map_or(0, |d| d.0.id());
     let (d0, c0) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
-    let (ops, mut lat, out_of_order) = drive(&s.k, fsid, case, secs)?;
+    let script = LockUnlock(|p, _| case.lock_of(p));
+    let first = 100 + 1000 * case as u64;
+    let Drive {
+        ops,
+        latencies: mut lat,
+        out_of_order,
+    } = drive(&s.k, fsid, &script, first, PROCS, secs)?;
     let (d1, c1) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
     lat.sort_unstable();
-    let pct = |m: usize| {
-        lat.get((lat.len().max(1) - 1) * m / 1000)
-            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
-    };
+    let pct = |m: usize| permille_us(&lat, m);
     #[allow(clippy::cast_precision_loss)]
     let per_op = |ticks: u64| ticks as f64 * 1e4 / ops.max(1) as f64; // 100 ticks a second
     #[allow(clippy::cast_precision_loss)]
@@ -290,7 +227,13 @@ fn main() -> ExitCode {
         eprintln!("cannot build the LD_PRELOAD shim (cc)");
         return ExitCode::FAILURE;
     };
-    let kinds = [Kind::StandIn, Kind::CDefault, Kind::COwnership, Kind::Ours];
+    let kinds = [
+        Kind::StandIn,
+        Kind::CDefault,
+        Kind::COwnership,
+        Kind::OursCompat,
+        Kind::Ours,
+    ];
     let cases = [Case::NodeLocal, Case::OneFile, Case::Contended];
     let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
     let mut n = 0;

@@ -1,0 +1,357 @@
+//! `vs_c3 [SECONDS]`: our daemon against Debian's C `dlm_controld` 4.2.0 (default mode and
+//! `plock_ownership=1`) on three corosync nodes in network namespaces, a fake kernel each,
+//! with the workload driver of `vs_c` (`dlm_tests::closed_loop`) on the nodes that carry
+//! load, 16 processes per loaded node. Cases: the load on node 1 only (own files, one file,
+//! one contended byte), every node on its own files, every node on 1000 shared files, every
+//! node on one contended byte, and lock passing between two nodes (processes of nodes 1 and
+//! 2 side by side on a ring of ranges of one file, each taking the next range with F_SETLKW
+//! and then releasing its last). Runs alternate daemon by daemon, twice; each row is the
+//! median. Per case: ops/s (all nodes), latency p50/p99, CPU per op of the three daemons
+//! and of the three corosyncs, non-blocking replies out of order, and the ratio to C's
+//! default mode. Results: docs/BENCHMARKS.md.
+
+#[path = "../../../cpg/tests/support/mod.rs"]
+#[allow(clippy::all, dead_code, missing_debug_implementations)]
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::PlockOp;
+use dlm_tests::closed_loop::{Drive, LockUnlock, Script, Step, drive, permille_us};
+use dlm_tests::{
+    Daemon, FakeKernel, build_shim, cpu_ticks, start_c_daemon, start_daemon_on_corosync, writes,
+};
+use support::Cluster;
+
+const PROCS: u64 = 16;
+const NODES: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    CDefault,
+    COwnership,
+    OursCompat,
+    Ours,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::CDefault => "C 4.2.0",
+            Self::COwnership => "C 4.2.0 plock_ownership=1",
+            Self::OursCompat => "ours, plock_native=0 (C-compatible)",
+            Self::Ours => "ours (native mode)",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Case {
+    OneNodeOwnFiles,
+    OneNodeOneFile,
+    OneNodeContended,
+    AllOwnFiles,
+    AllSharedFiles,
+    AllContended,
+    LockPassing,
+}
+
+impl Case {
+    const ALL: [Self; 7] = [
+        Self::OneNodeOwnFiles,
+        Self::OneNodeOneFile,
+        Self::OneNodeContended,
+        Self::AllOwnFiles,
+        Self::AllSharedFiles,
+        Self::AllContended,
+        Self::LockPassing,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::OneNodeOwnFiles => "3 nodes, load on node 1, own files",
+            Self::OneNodeOneFile => "3 nodes, load on node 1, one file",
+            Self::OneNodeContended => "3 nodes, load on node 1, contended",
+            Self::AllOwnFiles => "3 nodes, every node on its own files",
+            Self::AllSharedFiles => "3 nodes, every node on 1000 shared files",
+            Self::AllContended => "3 nodes, every node on one contended byte",
+            Self::LockPassing => "lock passing between nodes 1 and 2",
+        }
+    }
+
+    /// The nodes that carry load.
+    fn loaded(self) -> &'static [usize] {
+        match self {
+            Self::OneNodeOwnFiles | Self::OneNodeOneFile | Self::OneNodeContended => &[1],
+            Self::LockPassing => &[1, 2],
+            _ => &[1, 2, 3],
+        }
+    }
+}
+
+/// The ring of lock passing: 64 ranges of one inode; the 16 processes of a node start 4
+/// apart, node 2's between node 1's; each holds a range, takes the next (F_SETLKW), then
+/// lets the one behind it go.
+struct Passing {
+    node: u64,
+}
+
+const RING: u64 = 64;
+
+impl Script for Passing {
+    fn step(&self, p: u64, n: u64) -> Step {
+        let origin = 4 * p + 2 * (self.node - 1);
+        let range = |k: u64| {
+            let j = (origin + k) % RING;
+            (10 * j, 10 * j + 9)
+        };
+        let (op, (start, end)) = match n {
+            0 => (PlockOp::LOCK, range(0)),
+            n if n % 2 == 1 => (PlockOp::LOCK, range(n.div_ceil(2))),
+            n => (PlockOp::UNLOCK, range(n / 2 - 1)),
+        };
+        Step {
+            op,
+            number: 77,
+            start,
+            end,
+            wait: op == PlockOp::LOCK,
+        }
+    }
+}
+
+/// Process `p` of `node`'s lock at its `k`-th cycle in the lock/unlock cases.
+fn lock_of(case: Case, node: u64, p: u64, k: u64) -> (u64, u64, u64, bool) {
+    let g = 16 * (node - 1) + p; // a process number unique in the cluster
+    match case {
+        Case::OneNodeOwnFiles | Case::AllOwnFiles => (1000 + g, 0, 9, false),
+        Case::OneNodeOneFile => (7, 10 * g, 10 * g + 9, false),
+        // a walk over the shared inodes, a range of its own on each
+        Case::AllSharedFiles => {
+            let x = (g * 7919 + k * 104_729) % 1000;
+            (5000 + x, 10 * g, 10 * g + 9, false)
+        }
+        Case::OneNodeContended | Case::AllContended | Case::LockPassing => (9, 0, 0, true),
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    ops_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+    daemon_us_op: f64,
+    corosync_us_op: f64,
+    out_of_order: u64,
+}
+
+struct Setup {
+    roots: Vec<PathBuf>,
+    kernels: Vec<FakeKernel>,
+    daemons: Vec<Daemon>,
+}
+
+fn start(c: &Cluster, base: &Path, shim: &Path, kind: Kind, n: usize) -> Option<Setup> {
+    let here = std::env::current_exe().ok()?.parent()?.to_path_buf();
+    let mut s = Setup {
+        roots: Vec::new(),
+        kernels: Vec::new(),
+        daemons: Vec::new(),
+    };
+    for node in 1..=NODES {
+        let root = base.join(format!("run{n}-n{node}"));
+        let _ = std::fs::remove_dir_all(&root);
+        let k = FakeKernel::start(&root).ok()?;
+        let ns = c.node_ns(node);
+        let log = base.join(format!("c{n}-{node}.log"));
+        let d = match kind {
+            Kind::Ours | Kind::OursCompat => {
+                if kind == Kind::OursCompat {
+                    let etc = root.join("etc/dlm");
+                    std::fs::create_dir_all(&etc).ok()?;
+                    std::fs::write(etc.join("dlm.conf"), "plock_native=0\n").ok()?;
+                }
+                start_daemon_on_corosync(&ns, &here.join("dlm_controld"), &root, &k, &[])?
+            }
+            Kind::CDefault => start_c_daemon(&ns, shim, &k, &["-f", "0"], &log)?,
+            Kind::COwnership => start_c_daemon(&ns, shim, &k, &["-f", "0", "-o", "1"], &log)?,
+        };
+        s.roots.push(root);
+        s.kernels.push(k);
+        s.daemons.push(d);
+    }
+    Some(s)
+}
+
+/// Every node joins the case's lockspace (one at a time, as mounts would).
+fn join_all(s: &Setup, name: &str) -> Option<()> {
+    for k in &s.kernels {
+        if !k.announce(name).ok()? || !k.wait_joined(name, Duration::from_secs(30)) {
+            return None;
+        }
+    }
+    Some(())
+}
+
+/// Every node leaves it again, and the leave completes (a daemon killed with a lockspace
+/// is a failed member to the others, and C and we both have corosync remove its node).
+fn leave_all(s: &Setup, name: &str) -> Option<()> {
+    let path = format!("sys/kernel/dlm/{name}/event_done");
+    for k in &s.kernels {
+        k.release(name).ok()?;
+    }
+    for k in &s.kernels {
+        if !k.wait_records(Duration::from_secs(30), |r| writes(r, &path).len() >= 2) {
+            return None;
+        }
+    }
+    Some(())
+}
+
+fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
+    let name = format!("m{}", case as u8);
+    let fsid = dlm_proto::wire::global_id(&LockspaceName::new(name.as_bytes()).ok()?);
+    join_all(s, &name)?;
+    let cpu = || -> (u64, u64) {
+        let d = s.daemons.iter().map(|d| cpu_ticks(d.0.id())).sum();
+        let cs = (1..=NODES).map(|k| cpu_ticks(c.corosync_pid(k))).sum();
+        (d, cs)
+    };
+    let (d0, c0) = cpu();
+    let first = 100 + 1000 * case as u64;
+    let drives: Vec<Option<Drive>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = case
+            .loaded()
+            .iter()
+            .map(|&node| {
+                let k = &s.kernels[node - 1];
+                let node = node as u64;
+                sc.spawn(move || {
+                    let owners = first + 100 * node;
+                    if case == Case::LockPassing {
+                        drive(k, fsid, &Passing { node }, owners, PROCS, secs)
+                    } else {
+                        let script = LockUnlock(|p, k| lock_of(case, node, p, k));
+                        drive(k, fsid, &script, owners, PROCS, secs)
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().ok().flatten())
+            .collect()
+    });
+    let (d1, c1) = cpu();
+    leave_all(s, &name)?;
+    let mut all = Drive::default();
+    for d in drives {
+        let d = d?;
+        all.ops += d.ops;
+        all.out_of_order += d.out_of_order;
+        all.latencies.extend(d.latencies);
+    }
+    all.latencies.sort_unstable();
+    #[allow(clippy::cast_precision_loss)]
+    let per_op = |ticks: u64| ticks as f64 * 1e4 / all.ops.max(1) as f64; // 100 ticks a second
+    #[allow(clippy::cast_precision_loss)]
+    Some(Run {
+        ops_s: all.ops as f64 / secs,
+        p50_us: permille_us(&all.latencies, 500),
+        p99_us: permille_us(&all.latencies, 990),
+        daemon_us_op: per_op(d1.saturating_sub(d0)),
+        corosync_us_op: per_op(c1.saturating_sub(c0)),
+        out_of_order: all.out_of_order,
+    })
+}
+
+fn median(mut v: Vec<Run>) -> Run {
+    v.sort_by(|a, b| a.ops_s.total_cmp(&b.ops_s));
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn main() -> ExitCode {
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    if !Path::new("/usr/sbin/dlm_controld").exists() {
+        eprintln!("Debian's dlm-controld is not installed (/usr/sbin/dlm_controld)");
+        return ExitCode::FAILURE;
+    }
+    let c = Cluster::start("vc3", NODES);
+    // the three corosyncs form one membership before any daemon starts
+    std::thread::sleep(Duration::from_secs(3));
+    let base = std::env::temp_dir().join(format!("dlm-vsc3-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&base);
+    let Ok(shim) = build_shim(&base) else {
+        eprintln!("cannot build the LD_PRELOAD shim (cc)");
+        return ExitCode::FAILURE;
+    };
+    let kinds = [
+        Kind::CDefault,
+        Kind::COwnership,
+        Kind::OursCompat,
+        Kind::Ours,
+    ];
+    let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
+    let mut n = 0;
+    for _round in 0..2 {
+        for kind in kinds {
+            n += 1;
+            let Some(s) = start(&c, &base, &shim, kind, n) else {
+                eprintln!("{} did not start", kind.label());
+                return ExitCode::FAILURE;
+            };
+            for case in Case::ALL {
+                match one_run(&c, &s, case, secs) {
+                    Some(r) => runs.entry((case, kind)).or_default().push(r),
+                    None => {
+                        eprintln!("{} stopped answering in {}", kind.label(), case.label());
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            // no lockspace left: each exits at SIGTERM as a member that left
+            for mut d in s.daemons {
+                d.terminate();
+                let _ = d.wait_exit(Duration::from_secs(10));
+            }
+            for r in &s.roots {
+                let _ = std::fs::remove_dir_all(r);
+            }
+        }
+    }
+    println!(
+        "| case | daemon | ops/s | p50 | p99 | daemon CPU/op | corosync CPU/op | out of order | ÷ C |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for case in Case::ALL {
+        let base_run = median(
+            runs.get(&(case, Kind::CDefault))
+                .cloned()
+                .unwrap_or_default(),
+        );
+        for kind in kinds {
+            let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
+            println!(
+                "| {} | {} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} |",
+                case.label(),
+                kind.label(),
+                r.ops_s,
+                r.p50_us,
+                r.p99_us,
+                r.daemon_us_op,
+                r.corosync_us_op,
+                r.out_of_order,
+                r.ops_s / base_run.ops_s.max(1e-9)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    ExitCode::SUCCESS
+}
