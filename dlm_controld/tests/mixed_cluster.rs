@@ -333,6 +333,20 @@ fn state_transfer_both_ways_and_the_c_node_fenced() {
     let r = reply(k2);
     assert_eq!((r.op, r.rv), (PlockOp::CANCEL, 0), "{r:?}");
     assert_eq!(m.same_table(&[2, 3]).lines().count(), 1);
+    // ours only: native mode. Node 2 claims inode 10 and decides it alone (no CPG round
+    // trip); node 3's table still shows every lock (the owner's STATEs)
+    let local = |m: &Mixed| {
+        dlm_tests::metric_in_ns(&m.c.node_ns(2), "dlm_plock_local_total{lockspace=\"foo\"}")
+    };
+    let before = local(&m);
+    for (owner, start, end) in [(24, 0, 9), (24, 20, 29), (25, 40, 49)] {
+        k2.send_plock(&req(PlockOp::LOCK, owner, 10, false, start, end))
+            .expect("send");
+        assert_eq!(reply(k2).rv, 0);
+    }
+    assert!(local(&m) >= before + 2.0, "node 2 decided inode 10 itself");
+    let t = m.same_table(&[2, 3]);
+    assert_eq!(t.lines().filter(|l| l.starts_with("10 ")).count(), 3, "{t}");
 
     // it reboots and rejoins: now the table comes from ours to the C daemon
     m.reboot(1);
@@ -345,6 +359,24 @@ fn state_transfer_both_ways_and_the_c_node_fenced() {
     k1.send_plock(&req(PlockOp::LOCK, 14, 9, false, 350, 350))
         .expect("send");
     assert_eq!(reply(k1).rv, -11, "the C daemon knows ours' lock");
+    // and the locks node 2 decided alone: the change that added a C node turned native
+    // mode off only after they were in every table
+    k1.send_plock(&req(PlockOp::LOCK, 14, 10, false, 45, 45))
+        .expect("send");
+    assert_eq!(
+        reply(k1).rv,
+        -11,
+        "the C daemon knows node 2's native locks"
+    );
+    // C-compatible again: node 2's requests are PLOCK messages the C daemon applies
+    let before = local(&m);
+    let k2 = &m.kernels[1];
+    k2.send_plock(&req(PlockOp::LOCK, 24, 10, false, 60, 69))
+        .expect("send");
+    assert_eq!(reply(k2).rv, 0);
+    assert_eq!(local(&m), before, "nothing decided alone beside a C node");
+    let t = m.same_table(&[1, 2, 3]);
+    assert_eq!(t.lines().filter(|l| l.starts_with("10 ")).count(), 4, "{t}");
     k1.send_plock(&req(PlockOp::LOCK, 14, 9, false, 0, 9))
         .expect("send");
     assert_eq!(reply(k1).rv, 0, "the C daemon's old locks were purged");
