@@ -459,6 +459,9 @@ mod tests {
             .inc();
         m.transfer_seconds.with_label_values(&["t"]).observe(0.1);
         m.try_again.with_label_values(&["t"]).inc();
+        m.native_local.with_label_values(&["t"]).inc();
+        m.native_recalls.with_label_values(&["t"]).inc();
+        m.native_batches.with_label_values(&["t"]).inc();
         m.send_queue.with_label_values(&["t"]).set(5);
         m.oldest_waiter.with_label_values(&["t"]).set(1.5);
         let text = String::from_utf8(m.encode()).expect("utf8");
@@ -495,6 +498,9 @@ mod tests {
             "dlm_plock_transfer_messages_total",
             "dlm_plock_transfer_seconds",
             "dlm_cpg_try_again_total",
+            "dlm_plock_local_total",
+            "dlm_plock_recalls_total",
+            "dlm_plock_native_messages_total",
             "dlm_cpg_send_queue",
             "dlm_plock_oldest_waiter_seconds",
         ] {
