@@ -197,6 +197,8 @@ pub struct LsCore {
     stats: NativeStats,
     /// A resource's state, reused.
     scratch: Vec<dlm_plock::Held>,
+    /// Moves whenever what [`Self::report`] shows of membership may have changed.
+    generation: u64,
 }
 
 impl LsCore {
@@ -235,7 +237,15 @@ impl LsCore {
             alone: false,
             stats: NativeStats::default(),
             scratch: Vec::new(),
+            generation: 0,
         }
+    }
+
+    /// Moves whenever membership, the join's transfer or a wait may have changed what
+    /// [`Self::report`] says of them (not at plock requests and deliveries): the shell
+    /// publishes a new report for the query socket then.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Whether our STARTs offer native mode (`plock_native`; on unless turned off).
@@ -320,6 +330,9 @@ impl LsCore {
 
     fn handle_event(&mut self, e: &LsEnv<'_>, ev: Event) -> Vec<Action> {
         let env = self.env(e);
+        if !matches!(ev, Event::Deliver { .. }) {
+            self.generation += 1;
+        }
         let fx = match ev {
             Event::Totem { ring, .. } => {
                 self.ring = ring.seq;
@@ -384,6 +397,7 @@ impl LsCore {
         let mut out = Vec::new();
         match body {
             Body::Start(c) => {
+                self.generation += 1;
                 // every decision of `from` came before its START: what it owned goes back
                 self.gate(e, Item::Disown(from), &mut out);
                 let env = self.env(e);
@@ -653,6 +667,7 @@ impl LsCore {
 
     /// The once-a-second retry, or a quorum change.
     pub fn poll(&mut self, e: &LsEnv<'_>) -> Vec<Action> {
+        self.generation += 1;
         let mut out = self.flush();
         let env = self.env(e);
         let fx = self.mem.poll(&env);
@@ -663,6 +678,7 @@ impl LsCore {
     /// The kernel released the lockspace: leave at the next confchg (the shell leaves the
     /// group).
     pub fn leave(&mut self) {
+        self.generation += 1;
         self.mem.leave();
     }
 
@@ -898,6 +914,7 @@ impl LsCore {
                 .iter()
                 .any(|&(m, f)| m == n && f & HeaderFlags::CANCEL_AWARE != 0)
         };
+        self.generation += 1;
         if self.need_plocks {
             if self.save_plocks && ours(data_node) {
                 // a change while we were still receiving (plock-spec §5.8 cases 1, 2: the
@@ -990,6 +1007,7 @@ impl LsCore {
 
     /// The transfer is over (or not needed): replay what was saved.
     fn finish_transfer(&mut self, e: &LsEnv<'_>, out: &mut Vec<Action>) {
+        self.generation += 1;
         if let Some((t0, messages)) = self.transfer.take() {
             out.push(Action::TransferReceived {
                 messages,

@@ -157,3 +157,37 @@ pub fn permille_us(lat: &[Duration], m: usize) -> f64 {
     lat.get((lat.len().max(1) - 1) * m / 1000)
         .map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
+
+/// `dlm_tool ls`'s first query (LOCKSPACES) on the raw query socket of network namespace
+/// `netns`, every 2 ms until `stop`: the latencies of those answered (a query is one
+/// connection, as `dlm_tool` makes it; no process start).
+pub fn probe_queries(netns: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<Duration> {
+    use std::io::{Read, Write};
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+    use std::sync::atomic::Ordering;
+
+    use dlm_proto::query::{Command, DlmcHeader, QUERY_SOCK_NAME};
+    let mut out = Vec::new();
+    if crate::enter_netns(netns).is_err() {
+        return out;
+    }
+    let mut h = DlmcHeader::new(Command::LOCKSPACES);
+    h.data = 128;
+    let bytes = h.encode();
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let answered = SocketAddr::from_abstract_name(QUERY_SOCK_NAME)
+            .and_then(|a| UnixStream::connect_addr(&a))
+            .and_then(|mut s| {
+                s.write_all(&bytes)?;
+                let mut buf = Vec::with_capacity(4096);
+                s.read_to_end(&mut buf)
+            });
+        if answered.is_ok() {
+            out.push(t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    out
+}

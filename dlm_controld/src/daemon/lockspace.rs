@@ -204,6 +204,8 @@ struct Shell {
     backlog: usize,
     /// Native counts last published.
     native_seen: crate::lscore::NativeStats,
+    /// The core's generation of the report last published.
+    published: Option<u64>,
 }
 
 impl Shell {
@@ -223,6 +225,9 @@ impl Shell {
     }
 
     fn perform(&mut self, actions: Vec<Action>) {
+        // before anything the kernel or a test can see (event_done): a query that follows
+        // it finds the report of the change
+        self.publish_report();
         // the first messages of a batch go out at once; the rest of a long one (a state
         // transfer) is queued and handed over a portion per loop turn
         let mut sent = 0usize;
@@ -487,6 +492,22 @@ impl Shell {
         Some(due.unwrap_or(now + BATCH_DELAY))
     }
 
+    /// Publishes the report for the query socket when membership may have changed.
+    fn publish_report(&mut self) {
+        let g = self.core.generation();
+        // a lockspace left is unregistered, not published again
+        if self.published == Some(g) || self.core.is_left() {
+            return;
+        }
+        self.published = Some(g);
+        let r = std::sync::Arc::new(self.core.report());
+        if let Some(p) = super::query::PUBLISHED.get() {
+            if let Ok(mut m) = p.lock() {
+                m.insert(self.text.to_string(), r);
+            }
+        }
+    }
+
     fn publish_native(&mut self) {
         let now = self.core.native_stats();
         let m = &self.metrics;
@@ -551,6 +572,9 @@ fn unregister(ctx: &LsContext, name: &str) {
     if let Ok(mut m) = ctx.registry.lock() {
         m.remove(name);
     }
+    if let Some(Ok(mut m)) = super::query::PUBLISHED.get().map(|p| p.lock()) {
+        m.remove(name);
+    }
 }
 
 /// A `cpg_leave` that corosync pushed back (TRY_AGAIN), tried again until it is taken.
@@ -613,6 +637,7 @@ pub(crate) async fn run(
         drop_log: super::admission::LogEvery::default(),
         backlog: 0,
         native_seen: crate::lscore::NativeStats::default(),
+        published: None,
     };
     ls.core.set_native(ls.ctx.native);
     ls.drain();
@@ -692,6 +717,7 @@ pub(crate) async fn run(
             Err(e) => tracing::error!("multicast: {e}"),
         }
         ls.publish_backlog();
+        ls.publish_report();
     }
     // what is still queued goes out before the task ends (a leave's last messages)
     for _ in 0..5000 {

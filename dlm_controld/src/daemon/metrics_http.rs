@@ -27,7 +27,7 @@ pub(crate) async fn serve(listener: TcpListener, gate: Gate, registry: Registry)
 async fn refresh(reg: &Registry) {
     let m = crate::metrics::get();
     let as_i64 = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-    for r in super::query::reports(reg).await {
+    for r in super::query::reports(reg, true).await {
         let name = r.info.name.to_str_lossy();
         let n = [name.as_ref()];
         m.locks.with_label_values(&n).set(as_i64(r.locks));

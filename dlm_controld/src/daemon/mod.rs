@@ -189,12 +189,7 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     // two workers: a query (or a lockspace's membership work) runs beside a plock storm
     // instead of queueing behind it
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(
-            std::env::var("DLM_WORKERS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(2),
-        )
+        .worker_threads(2)
         .thread_name("dlm_controld")
         .enable_all()
         .build()
@@ -474,6 +469,7 @@ async fn main_loop(
     }
     .map_err(|e| DaemonError::Io("uevent registration", e.into()))?;
     let registry: query::Registry = Arc::default();
+    let _ = query::PUBLISHED.set(query::Published::default());
     let mut config = args.config.clone();
     let config_dump: query::ConfigDump =
         Arc::new(std::sync::Mutex::new(Arc::new(config.options.dump())));

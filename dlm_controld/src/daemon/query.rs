@@ -35,6 +35,11 @@ pub(crate) type SharedStatus = Arc<Mutex<crate::status::DaemonStatus>>;
 /// The lockspace tasks, by name, shared with the main task.
 pub(crate) type Registry = Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<LsCommand>>>>;
 
+/// Each lockspace's report as its task last published it (at every membership change and
+/// once a second): `dlm_tool ls` is answered from it without waiting for the task, which
+/// may be busy with plock work.
+pub(crate) type Published = Arc<Mutex<BTreeMap<String, Arc<LsReport>>>>;
+
 /// Binds the abstract query socket (address length 18, no trailing NUL).
 pub(crate) fn bind() -> io::Result<UnixListener> {
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(QUERY_SOCK_NAME)?;
@@ -101,24 +106,43 @@ async fn plock_dump(
     }
 }
 
+/// A lockspace's report: as published, or from its task when it has not published yet.
 async fn report(reg: &Registry, name: &str) -> Option<LsReport> {
+    let published = PUBLISHED
+        .get()
+        .and_then(|p| p.lock().ok()?.get(name).cloned());
+    match published {
+        Some(r) => Some((*r).clone()),
+        None => fresh_report(reg, name).await,
+    }
+}
+
+/// The reports published by the lockspace tasks (set once at startup).
+pub(crate) static PUBLISHED: std::sync::OnceLock<Published> = std::sync::OnceLock::new();
+
+/// A lockspace's report from its task, exact now (the metrics endpoint's gauges).
+async fn fresh_report(reg: &Registry, name: &str) -> Option<LsReport> {
     let tx = reg.lock().ok()?.get(name)?.clone();
     let (rtx, rrx) = oneshot::channel();
     tx.send(LsCommand::Query(rtx)).ok()?;
     rrx.await.ok()
 }
 
-/// Every lockspace's report, in name order (a lockspace that ends meanwhile is skipped).
-pub(crate) async fn reports(reg: &Registry) -> Vec<LsReport> {
+/// Every lockspace's report, in name order (a lockspace that ends meanwhile is skipped);
+/// `fresh`: from each task, exact now, else as published.
+pub(crate) async fn reports(reg: &Registry, fresh: bool) -> Vec<LsReport> {
     let names: Vec<String> = reg
         .lock()
         .map(|m| m.keys().cloned().collect())
         .unwrap_or_default();
     let mut out = Vec::new();
     for n in names {
-        if let Some(r) = report(reg, &n).await {
-            out.push(r);
-        }
+        let r = if fresh {
+            fresh_report(reg, &n).await
+        } else {
+            report(reg, &n).await
+        };
+        out.extend(r);
     }
     out
 }
@@ -284,7 +308,7 @@ async fn answer(
         }
         Request::Lockspaces { .. } => {
             // 4.2.0 returns every lockspace whatever max says (observed)
-            let rs = reports(reg).await;
+            let rs = reports(reg, false).await;
             let mut p = Vec::new();
             for r in &rs {
                 p.extend_from_slice(&r.info.encode());

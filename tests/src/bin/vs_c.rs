@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
-use dlm_tests::closed_loop::{Drive, LockUnlock, drive, permille_us};
+use dlm_tests::closed_loop::{Drive, LockUnlock, drive, permille_us, probe_queries};
 use dlm_tests::{
     Daemon, FakeKernel, build_shim, cpu_ticks, start_c_daemon, start_daemon_on_corosync,
 };
@@ -87,6 +87,8 @@ struct Run {
     daemon_us_op: f64,
     corosync_us_op: f64,
     out_of_order: u64,
+    /// LOCKSPACES queries during the run: p50, p99 (µs).
+    ls_us: (f64, f64),
 }
 
 /// A daemon stand-in on the fake kernel's plock device: every request answered rv 0 at once.
@@ -181,11 +183,23 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     let (d0, c0) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
     let script = LockUnlock(|p, _| case.lock_of(p));
     let first = 100 + 1000 * case as u64;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (d, mut ls) = std::thread::scope(|sc| {
+        let prober = s
+            .daemon
+            .is_some()
+            .then(|| sc.spawn(|| probe_queries(&cs.netns, &stop)));
+        let d = drive(&s.k, fsid, &script, first, PROCS, secs);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let ls = prober.and_then(|p| p.join().ok()).unwrap_or_default();
+        (d, ls)
+    });
     let Drive {
         ops,
         latencies: mut lat,
         out_of_order,
-    } = drive(&s.k, fsid, &script, first, PROCS, secs)?;
+    } = d?;
+    ls.sort_unstable();
     let (d1, c1) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
     lat.sort_unstable();
     let pct = |m: usize| permille_us(&lat, m);
@@ -203,6 +217,7 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
             0.0
         },
         out_of_order,
+        ls_us: (permille_us(&ls, 500), permille_us(&ls, 990)),
     })
 }
 
@@ -259,9 +274,9 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "| case | daemon | ops/s | p50 | p99 | daemon CPU/op | corosync CPU/op | out of order | ÷ C |"
+        "| case | daemon | ops/s | p50 | p99 | daemon CPU/op | corosync CPU/op | out of order | ÷ C | `ls` query p50 / p99 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for case in cases {
         let c = median(
             runs.get(&(case, Kind::CDefault))
@@ -271,7 +286,7 @@ fn main() -> ExitCode {
         for kind in kinds {
             let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
             println!(
-                "| {} | {} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} |",
+                "| {} | {} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} | {:.0} / {:.0} µs |",
                 case.label(),
                 kind.label(),
                 r.ops_s,
@@ -280,7 +295,9 @@ fn main() -> ExitCode {
                 r.daemon_us_op,
                 r.corosync_us_op,
                 r.out_of_order,
-                r.ops_s / c.ops_s.max(1e-9)
+                r.ops_s / c.ops_s.max(1e-9),
+                r.ls_us.0,
+                r.ls_us.1
             );
         }
     }

@@ -247,6 +247,16 @@ fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
             .collect()
     });
     let (d1, c1) = cpu();
+    if std::env::var("VS_MESSAGES").is_ok() {
+        let series = format!("dlm_cpg_messages_sent_total{{lockspace=\"{name}\"}}");
+        let sent: f64 = (1..=NODES)
+            .map(|k| dlm_tests::metric_in_ns(&c.node_ns(k), &series))
+            .sum();
+        let ops: u64 = drives.iter().flatten().map(|d| d.ops).sum();
+        #[allow(clippy::cast_precision_loss)]
+        let per = sent / ops.max(1) as f64;
+        eprintln!("{name}: {sent} messages sent for {ops} ops ({per:.2} per op)");
+    }
     leave_all(s, &name)?;
     let mut all = Drive::default();
     for d in drives {
@@ -292,22 +302,35 @@ fn main() -> ExitCode {
         eprintln!("cannot build the LD_PRELOAD shim (cc)");
         return ExitCode::FAILURE;
     };
-    let kinds = [
+    // `VS_ONLY=<kind>,<case>` (numbers, 0-based): one pair, for profiling
+    let only: Option<(usize, usize)> = std::env::var("VS_ONLY").ok().and_then(|v| {
+        let (k, c) = v.split_once(',')?;
+        Some((k.parse().ok()?, c.parse().ok()?))
+    });
+    let all_kinds = [
         Kind::CDefault,
         Kind::COwnership,
         Kind::OursCompat,
         Kind::Ours,
     ];
+    let kinds: Vec<Kind> = match only {
+        Some((k, _)) => all_kinds.get(k).copied().into_iter().collect(),
+        None => all_kinds.to_vec(),
+    };
+    let cases: Vec<Case> = match only {
+        Some((_, c)) => Case::ALL.get(c).copied().into_iter().collect(),
+        None => Case::ALL.to_vec(),
+    };
     let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
     let mut n = 0;
     for _round in 0..2 {
-        for kind in kinds {
+        for &kind in &kinds {
             n += 1;
             let Some(s) = start(&c, &base, &shim, kind, n) else {
                 eprintln!("{} did not start", kind.label());
                 return ExitCode::FAILURE;
             };
-            for case in Case::ALL {
+            for &case in &cases {
                 match one_run(&c, &s, case, secs) {
                     Some(r) => runs.entry((case, kind)).or_default().push(r),
                     None => {
@@ -330,13 +353,13 @@ fn main() -> ExitCode {
         "| case | daemon | ops/s | p50 | p99 | daemon CPU/op | corosync CPU/op | out of order | ÷ C |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    for case in Case::ALL {
+    for &case in &cases {
         let base_run = median(
             runs.get(&(case, Kind::CDefault))
                 .cloned()
                 .unwrap_or_default(),
         );
-        for kind in kinds {
+        for &kind in &kinds {
             let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
             println!(
                 "| {} | {} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} |",
