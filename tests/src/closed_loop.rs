@@ -191,3 +191,89 @@ pub fn probe_queries(netns: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<D
     }
     out
 }
+
+/// One run's numbers, as the side-by-side tables print them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Run {
+    /// Replies per second, all loaded nodes.
+    pub ops_s: f64,
+    /// Latency p50 (µs).
+    pub p50_us: f64,
+    /// Latency p99 (µs).
+    pub p99_us: f64,
+    /// CPU of the daemons per op (µs).
+    pub daemon_us_op: f64,
+    /// CPU of corosync per op (µs).
+    pub corosync_us_op: f64,
+    /// Non-blocking replies out of order.
+    pub out_of_order: u64,
+    /// LOCKSPACES queries during the run: p50, p99 (µs), when probed.
+    pub ls_us: Option<(f64, f64)>,
+}
+
+impl Run {
+    /// The numbers of `d` (over `secs`), with the CPU ticks (10 ms) the daemons and corosync
+    /// used meanwhile and the query latencies probed.
+    pub fn of(
+        d: &mut Drive,
+        secs: f64,
+        daemon_ticks: u64,
+        corosync_ticks: u64,
+        ls: &mut [Duration],
+    ) -> Self {
+        d.latencies.sort_unstable();
+        ls.sort_unstable();
+        #[allow(clippy::cast_precision_loss)]
+        let per_op = |ticks: u64| ticks as f64 * 1e4 / d.ops.max(1) as f64;
+        #[allow(clippy::cast_precision_loss)]
+        Self {
+            ops_s: d.ops as f64 / secs,
+            p50_us: permille_us(&d.latencies, 500),
+            p99_us: permille_us(&d.latencies, 990),
+            daemon_us_op: per_op(daemon_ticks),
+            corosync_us_op: per_op(corosync_ticks),
+            out_of_order: d.out_of_order,
+            ls_us: (!ls.is_empty()).then(|| (permille_us(ls, 500), permille_us(ls, 990))),
+        }
+    }
+}
+
+/// The run with the median rate.
+pub fn median(mut v: Vec<Run>) -> Run {
+    v.sort_by(|a, b| a.ops_s.total_cmp(&b.ops_s));
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// The table: one row per (case, daemon) with its run and the ratio to `base`'s rate.
+pub fn print_table(rows: &[(&str, &str, Run, f64)]) {
+    println!(
+        "| case | daemon | ops/s | p50 | p99 | daemon CPU/op | corosync CPU/op | out of order | ÷ C | `ls` query p50 / p99 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (case, kind, r, base) in rows {
+        let ls = r
+            .ls_us
+            .map_or_else(|| "—".to_owned(), |(a, b)| format!("{a:.0} / {b:.0} µs"));
+        println!(
+            "| {case} | {kind} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} | {ls} |",
+            r.ops_s,
+            r.p50_us,
+            r.p99_us,
+            r.daemon_us_op,
+            r.corosync_us_op,
+            r.out_of_order,
+            r.ops_s / base.max(1e-9)
+        );
+    }
+}
+
+/// The bench's seconds per run (first argument, default 3), if Debian's C daemon is there.
+pub fn bench_args() -> Result<f64, &'static str> {
+    if !std::path::Path::new("/usr/sbin/dlm_controld").exists() {
+        return Err("Debian's dlm-controld is not installed (/usr/sbin/dlm_controld)");
+    }
+    Ok(std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0))
+}

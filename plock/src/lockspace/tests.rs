@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// A seeded xorshift: `rnd(n)` is in `0..n`.
+fn xorshift(mut x: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    }
+}
+
 /// Running out of 32-bit positions (creation order of resources, insertion order of a
 /// resource's locks and waiters) renumbers them and changes no decision: a table pushed
 /// to the last positions every few steps answers, dumps and digests exactly like one
@@ -10,13 +20,7 @@ use super::*;
 /// purges from three nodes.
 #[test]
 fn renumbering_positions_changes_nothing() {
-    let mut x: u64 = 0x9E37_79B9;
-    let mut rnd = |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut rnd = xorshift(0x9E37_79B9);
     let mut plain = Lockspace::new(1, 7, 1);
     let mut pushed = Lockspace::new(1, 7, 2);
     let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
@@ -269,13 +273,7 @@ fn holders_counts_every_lock_and_waiter() {
 /// their next waiter pass included.
 #[test]
 fn a_replaced_resource_decides_like_its_source() {
-    let mut x: u64 = 0x2545_F491;
-    let mut rnd = |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut rnd = xorshift(0x2545_F491);
     let random_op = |rnd: &mut dyn FnMut(u64) -> u64| {
         let node = 1 + rnd(2) as u32;
         let op = [PlockOp::LOCK, PlockOp::LOCK, PlockOp::UNLOCK, PlockOp::GET][rnd(4) as usize];

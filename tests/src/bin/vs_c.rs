@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
-use dlm_tests::closed_loop::{Drive, LockUnlock, drive, permille_us, probe_queries};
+use dlm_tests::closed_loop::{
+    LockUnlock, Run, bench_args, drive, median, print_table, probe_queries,
+};
 use dlm_tests::{
     Daemon, FakeKernel, build_shim, cpu_ticks, start_c_daemon, start_daemon_on_corosync,
 };
@@ -76,19 +78,6 @@ impl Case {
             Self::Contended => (9, 0, 0, true),
         }
     }
-}
-
-/// One run's numbers.
-#[derive(Debug, Clone, Copy, Default)]
-struct Run {
-    ops_s: f64,
-    p50_us: f64,
-    p99_us: f64,
-    daemon_us_op: f64,
-    corosync_us_op: f64,
-    out_of_order: u64,
-    /// LOCKSPACES queries during the run: p50, p99 (µs).
-    ls_us: (f64, f64),
 }
 
 /// A daemon stand-in on the fake kernel's plock device: every request answered rv 0 at once.
@@ -194,47 +183,24 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         let ls = prober.and_then(|p| p.join().ok()).unwrap_or_default();
         (d, ls)
     });
-    let Drive {
-        ops,
-        latencies: mut lat,
-        out_of_order,
-    } = d?;
-    ls.sort_unstable();
+    let mut d = d?;
     let (d1, c1) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
-    lat.sort_unstable();
-    let pct = |m: usize| permille_us(&lat, m);
-    #[allow(clippy::cast_precision_loss)]
-    let per_op = |ticks: u64| ticks as f64 * 1e4 / ops.max(1) as f64; // 100 ticks a second
-    #[allow(clippy::cast_precision_loss)]
-    Some(Run {
-        ops_s: ops as f64 / secs,
-        p50_us: pct(500),
-        p99_us: pct(990),
-        daemon_us_op: per_op(d1.saturating_sub(d0)),
-        corosync_us_op: if s.daemon.is_some() {
-            per_op(c1.saturating_sub(c0))
-        } else {
-            0.0
-        },
-        out_of_order,
-        ls_us: (permille_us(&ls, 500), permille_us(&ls, 990)),
-    })
-}
-
-fn median(mut v: Vec<Run>) -> Run {
-    v.sort_by(|a, b| a.ops_s.total_cmp(&b.ops_s));
-    v.get(v.len() / 2).copied().unwrap_or_default()
+    let coro = if s.daemon.is_some() {
+        c1.saturating_sub(c0)
+    } else {
+        0
+    };
+    Some(Run::of(&mut d, secs, d1.saturating_sub(d0), coro, &mut ls))
 }
 
 fn main() -> ExitCode {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
-    if !Path::new("/usr/sbin/dlm_controld").exists() {
-        eprintln!("Debian's dlm-controld is not installed (/usr/sbin/dlm_controld)");
-        return ExitCode::FAILURE;
-    }
+    let secs = match bench_args() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let cs = Corosync::start("vsc");
     let base = std::env::temp_dir().join(format!("dlm-vsc-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&base);
@@ -273,10 +239,7 @@ fn main() -> ExitCode {
             let _ = std::fs::remove_dir_all(&s.root);
         }
     }
-    println!(
-        "| case | daemon | ops/s | p50 | p99 | daemon CPU/op | corosync CPU/op | out of order | ÷ C | `ls` query p50 / p99 |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut rows = Vec::new();
     for case in cases {
         let c = median(
             runs.get(&(case, Kind::CDefault))
@@ -285,22 +248,10 @@ fn main() -> ExitCode {
         );
         for kind in kinds {
             let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
-            println!(
-                "| {} | {} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} | {:.0} / {:.0} µs |",
-                case.label(),
-                kind.label(),
-                r.ops_s,
-                r.p50_us,
-                r.p99_us,
-                r.daemon_us_op,
-                r.corosync_us_op,
-                r.out_of_order,
-                r.ops_s / c.ops_s.max(1e-9),
-                r.ls_us.0,
-                r.ls_us.1
-            );
+            rows.push((case.label(), kind.label(), r, c.ops_s));
         }
     }
+    print_table(&rows);
     let _ = std::fs::remove_dir_all(&base);
     ExitCode::SUCCESS
 }

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockOp;
-use dlm_tests::closed_loop::{Drive, LockUnlock, Script, Step, drive, permille_us};
+use dlm_tests::closed_loop::{
+    Drive, LockUnlock, Run, Script, Step, bench_args, drive, median, print_table,
+};
 use dlm_tests::{
     Daemon, FakeKernel, build_shim, cpu_ticks, start_c_daemon, start_daemon_on_corosync, writes,
 };
@@ -137,16 +139,6 @@ fn lock_of(case: Case, node: u64, p: u64, k: u64) -> (u64, u64, u64, bool) {
         }
         Case::OneNodeContended | Case::AllContended | Case::LockPassing => (9, 0, 0, true),
     }
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Run {
-    ops_s: f64,
-    p50_us: f64,
-    p99_us: f64,
-    daemon_us_op: f64,
-    corosync_us_op: f64,
-    out_of_order: u64,
 }
 
 struct Setup {
@@ -265,34 +257,23 @@ fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         all.out_of_order += d.out_of_order;
         all.latencies.extend(d.latencies);
     }
-    all.latencies.sort_unstable();
-    #[allow(clippy::cast_precision_loss)]
-    let per_op = |ticks: u64| ticks as f64 * 1e4 / all.ops.max(1) as f64; // 100 ticks a second
-    #[allow(clippy::cast_precision_loss)]
-    Some(Run {
-        ops_s: all.ops as f64 / secs,
-        p50_us: permille_us(&all.latencies, 500),
-        p99_us: permille_us(&all.latencies, 990),
-        daemon_us_op: per_op(d1.saturating_sub(d0)),
-        corosync_us_op: per_op(c1.saturating_sub(c0)),
-        out_of_order: all.out_of_order,
-    })
-}
-
-fn median(mut v: Vec<Run>) -> Run {
-    v.sort_by(|a, b| a.ops_s.total_cmp(&b.ops_s));
-    v.get(v.len() / 2).copied().unwrap_or_default()
+    Some(Run::of(
+        &mut all,
+        secs,
+        d1.saturating_sub(d0),
+        c1.saturating_sub(c0),
+        &mut [],
+    ))
 }
 
 fn main() -> ExitCode {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
-    if !Path::new("/usr/sbin/dlm_controld").exists() {
-        eprintln!("Debian's dlm-controld is not installed (/usr/sbin/dlm_controld)");
-        return ExitCode::FAILURE;
-    }
+    let secs = match bench_args() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let c = Cluster::start("vc3", NODES);
     // the three corosyncs form one membership before any daemon starts
     std::thread::sleep(Duration::from_secs(3));
@@ -349,10 +330,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!(
-        "| case | daemon | ops/s | p50 | p99 | daemon CPU/op | corosync CPU/op | out of order | ÷ C |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut rows = Vec::new();
     for &case in &cases {
         let base_run = median(
             runs.get(&(case, Kind::CDefault))
@@ -361,20 +339,10 @@ fn main() -> ExitCode {
         );
         for &kind in &kinds {
             let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
-            println!(
-                "| {} | {} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} |",
-                case.label(),
-                kind.label(),
-                r.ops_s,
-                r.p50_us,
-                r.p99_us,
-                r.daemon_us_op,
-                r.corosync_us_op,
-                r.out_of_order,
-                r.ops_s / base_run.ops_s.max(1e-9)
-            );
+            rows.push((case.label(), kind.label(), r, base_run.ops_s));
         }
     }
+    print_table(&rows);
     let _ = std::fs::remove_dir_all(&base);
     ExitCode::SUCCESS
 }
