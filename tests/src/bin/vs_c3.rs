@@ -8,7 +8,9 @@
 //! and then releasing its last). Runs alternate daemon by daemon, twice; each row is the
 //! median. Per case: ops/s (all nodes), latency p50/p99, CPU per op of the three daemons
 //! and of the three corosyncs, non-blocking replies out of order, and the ratio to C's
-//! default mode. Results: docs/BENCHMARKS.md.
+//! default mode. Results: docs/BENCHMARKS.md. For profiling: `VS_ONLY=<kind>,<case>`
+//! (0-based indexes of the two lists) runs one pair; `VS_MESSAGES=1` prints the CPG
+//! messages our daemons sent per op and the packets node 1's totem sent.
 
 #[path = "../../../cpg/tests/support/mod.rs"]
 #[allow(clippy::all, dead_code, missing_debug_implementations)]
@@ -213,6 +215,15 @@ fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         let cs = (1..=NODES).map(|k| cpu_ticks(c.corosync_pid(k))).sum();
         (d, cs)
     };
+    let srp = |key: &str| -> u64 {
+        let out = dlm_tests::stdout_in_ns(&c.node_ns(1), "corosync-cmapctl", &["-m", "stats", key]);
+        out.split('=')
+            .nth(1)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let want = std::env::var("VS_MESSAGES").is_ok();
+    let m0 = if want { srp("stats.srp.mcast_tx") } else { 0 };
     let (d0, c0) = cpu();
     let first = 100 + 1000 * case as u64;
     let drives: Vec<Option<Drive>> = std::thread::scope(|sc| {
@@ -247,7 +258,11 @@ fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         let ops: u64 = drives.iter().flatten().map(|d| d.ops).sum();
         #[allow(clippy::cast_precision_loss)]
         let per = sent / ops.max(1) as f64;
-        eprintln!("{name}: {sent} messages sent for {ops} ops ({per:.2} per op)");
+        let m1 = srp("stats.srp.mcast_tx");
+        eprintln!(
+            "{name}: {sent} messages sent for {ops} ops ({per:.2} per op); node 1's totem sent {} packets",
+            m1.saturating_sub(m0)
+        );
     }
     leave_all(s, &name)?;
     let mut all = Drive::default();
