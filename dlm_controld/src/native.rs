@@ -240,7 +240,7 @@ impl Local {
         self.shared.insert(number, now_ms);
     }
 
-    /// Another node used `number` within [`SHARED_MS`].
+    /// Another node used `number` within the last second.
     pub fn shared(&self, number: u64, now_ms: u64) -> bool {
         self.shared
             .get(&number)
