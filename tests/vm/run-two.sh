@@ -15,6 +15,9 @@ need=no
 prepare_share "$RUN" $need 1:10.9.0.1 2:10.9.0.2
 echo "$DAEMON1" >"$RUN/share/conf/daemon1"
 echo "$DAEMON2" >"$RUN/share/conf/daemon2"
+# BENCH=1: the guests measure first (guest/plocks2.py bench); DLMCONF: more dlm.conf lines
+[[ ${BENCH:-0} == 1 ]] && touch "$RUN/share/conf/bench"
+[[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G
 start=$SECONDS
 net() { echo "-netdev socket,id=n0,$1 -device virtio-net-pci,netdev=n0,mac=52:54:00:00:09:0$2,addr=0x7"; }

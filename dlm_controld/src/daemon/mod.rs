@@ -187,9 +187,11 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         nix::unistd::daemon(false, false).map_err(|e| DaemonError::Io("daemon(3)", e.into()))?;
     }
     // two workers: a query (or a lockspace's membership work) runs beside a plock storm
-    // instead of queueing behind it
+    // instead of queueing behind it; one on a machine of one CPU, where a second worker only
+    // adds a context switch to every hand-off
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .thread_name("dlm_controld")
         .enable_all()
         .build()

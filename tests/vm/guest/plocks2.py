@@ -67,6 +67,45 @@ def wait(name, node, limit=300):
 
 
 
+def bench(secs=5.0):
+    """The real-kernel side-by-side numbers (tests/vm/bench-two.sh): both nodes at once,
+    each process locking and unlocking a file of its own; then lock passing on one file, a
+    ring of 64 one-byte ranges walked by a process per node (node 2 half a ring ahead),
+    each taking the next range with F_SETLKW and then releasing the one it held."""
+    mark("bench-own")
+    wait("bench-own", other)
+    fd = os.open(os.path.join(d, "own%d" % n), os.O_RDWR | os.O_CREAT)
+    k, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < secs:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
+        k += 1
+    print("own_pairs_per_s %.1f" % (k / (time.monotonic() - t0)), flush=True)
+    os.close(fd)
+    fd = os.open(os.path.join(d, "pass"), os.O_RDWR | os.O_CREAT)
+    pos = 0 if n == 1 else 32
+    fcntl.lockf(fd, fcntl.LOCK_EX, 1, pos)
+    mark("bench-pass")
+    wait("bench-pass", other)
+    k, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < secs:
+        nxt = (pos + 1) % 64
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, nxt)  # F_SETLKW
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, pos)
+        pos = nxt
+        k += 1
+    print("passing_steps_per_s %.1f" % (k / (time.monotonic() - t0)), flush=True)
+    fcntl.lockf(fd, fcntl.LOCK_UN, 0, 0)
+    os.close(fd)
+    mark("bench-done")
+    wait("bench-done", other)
+
+
+if len(sys.argv) > 4 and sys.argv[4] == "bench":
+    bench()
+    sys.exit(0)
+
+
 def holder_then_waiter(first):
     """`first` takes 0-9 and unlocks once the other waits; the other checks and waits."""
     tag = "r%d" % first

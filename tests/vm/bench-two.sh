@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The real-kernel side-by-side numbers (issue 14): two VMs with Debian 12's kernel on one
+# gfs2 disk, both nodes on ours (native mode), on Debian's C 4.2.0, and on C with
+# plock_ownership=1, back to back on the same images. Each run is run-two.sh with
+# BENCH=1: both nodes lock and unlock a file of their own at once for 5 s, then walk a ring
+# of ranges of one shared file (lock passing). Prints a table; results in
+# docs/BENCHMARKS.md. Needs the image of build-image.sh (VMCACHE), as run-two.sh does.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+declare -A label=([rust]="ours (native mode)" [c]="C 4.2.0" [own]="C 4.2.0 plock_ownership=1")
+rows=()
+for kind in rust c own; do
+    run=$(mktemp -d /tmp/dlm-vmbench.XXXXXX)
+    d=$kind conf=
+    [[ $kind == own ]] && d=c conf=plock_ownership=1
+    BENCH=1 DLMCONF=$conf DAEMON1=$d DAEMON2=$d RUN=$run bash "$here/run-two.sh" >"$run/run.log" 2>&1
+    echo "$kind: run-two.sh exit $? ($run)"
+    for n in 1 2; do
+        f=$run/share/out/node$n/bench.txt
+        own=$(sed -n 's/^own_pairs_per_s //p' "$f" 2>/dev/null)
+        pass=$(sed -n 's/^passing_steps_per_s //p' "$f" 2>/dev/null)
+        rows+=("| ${label[$kind]} | node $n | ${own:-—} | ${pass:-—} |")
+    done
+done
+echo "| daemons (both nodes) | node | own file: lock+unlock pairs/s | lock passing: steps/s |"
+echo "|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
