@@ -44,9 +44,9 @@ pub fn reason_str(r: i32) -> &'static str {
 }
 
 /// `-ECANCELED`: what `dlm_tool fence_ack` multicasts.
-pub const ECANCELED: i32 = -125;
+pub const RESULT_ACKED: i32 = -dlm_proto::errno::ECANCELED;
 /// `-ENODATA`: a starting node's "I have fence-in-progress-unknown" announcement.
-pub const ENODATA: i32 = -61;
+pub const RESULT_FIPU: i32 = -dlm_proto::errno::ENODATA;
 /// Largest agent stdin (`FENCE_CONFIG_ARGS_MAX` - 1).
 pub const ARGS_MAX: usize = 4095;
 
@@ -588,7 +588,7 @@ impl Fencing {
     pub fn fence_ack(&self, env: FenceEnv, nodeid: u32) -> Out {
         Out::SendResult {
             nodeid,
-            result: ECANCELED,
+            result: RESULT_ACKED,
             walltime: env.wall,
         }
     }
@@ -630,7 +630,7 @@ impl Fencing {
             ));
             return out;
         }
-        let success = result == 0 || result == ECANCELED;
+        let success = result == 0 || result == RESULT_ACKED;
         if member && success {
             out.push(Out::Log(
                 true,
@@ -638,7 +638,7 @@ impl Fencing {
             ));
             out.push(Out::Kick(nodeid));
         }
-        if from == our && result != ECANCELED {
+        if from == our && result != RESULT_ACKED {
             n.result_wait = false;
         }
         out.push(Out::Log(
@@ -667,7 +667,7 @@ impl Fencing {
                 n.actors = n.actors_orig.clone();
             }
         }
-        if result == ECANCELED && n.pid_wait {
+        if result == RESULT_ACKED && n.pid_wait {
             out.push(Out::CancelAgent {
                 nodeid,
                 pid: n.fence_pid,
@@ -703,7 +703,7 @@ impl Fencing {
             false,
             format!("receive_fence_clear from {from} for {nodeid} result {result} flags {flags:x}"),
         ));
-        if result == ENODATA && flags & FenceFlags::FIPU != 0 {
+        if result == RESULT_FIPU && flags & FenceFlags::FIPU != 0 {
             if fipu {
                 n.fipu = true;
             }
@@ -1103,7 +1103,7 @@ impl Fencing {
             } else if self.last_join_seq > self.send_fipu_seq {
                 out.push(Out::SendClear {
                     nodeid: self.our,
-                    result: ENODATA,
+                    result: RESULT_FIPU,
                     flags: FenceFlags::FIPU,
                 });
                 out.push(Out::Log(

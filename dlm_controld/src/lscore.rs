@@ -813,7 +813,13 @@ impl LsCore {
             // we, on every node alike (the members' START flags decide, in total order),
             // and the originator answers -EINVAL as C does
             if from == self.our {
-                self.reply(PlockInfo { rv: -22, ..*info }, out);
+                self.reply(
+                    PlockInfo {
+                        rv: -dlm_proto::errno::EINVAL,
+                        ..*info
+                    },
+                    out,
+                );
             }
             return;
         }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use dlm_controld::config::{ConfFile, parse_conf};
 use dlm_controld::daemon_proto::{self, DaemonProtocol, QuorumView};
-use dlm_controld::fencing::{ECANCELED, FenceEnv, FenceOpts, Fencing, Out, agent_args};
+use dlm_controld::fencing::{FenceEnv, FenceOpts, Fencing, Out, RESULT_ACKED, agent_args};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
 use dlm_proto::wire::{Body, DAEMON_GROUP_NAME, FenceFlags, FenceResult, Message, MsgType};
 
@@ -459,7 +459,7 @@ fn fence_ack_cancels_the_running_agent_everywhere() {
         ack,
         Out::SendResult {
             nodeid: 3,
-            result: ECANCELED,
+            result: RESULT_ACKED,
             walltime: WALL + c.now
         }
     );

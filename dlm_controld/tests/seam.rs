@@ -158,3 +158,29 @@ fn plock_device_uevents_and_monitor() {
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `dlm_proto::errno` holds the Linux values (the crates below the daemon may not use
+/// libc, so the one list is checked here).
+#[test]
+fn errno_values_are_linux_ones() {
+    use dlm_proto::errno as e;
+    assert_eq!(
+        [e::EPERM, e::ENOENT, e::EAGAIN, e::EEXIST, e::EINVAL],
+        [
+            libc::EPERM,
+            libc::ENOENT,
+            libc::EAGAIN,
+            libc::EEXIST,
+            libc::EINVAL
+        ]
+    );
+    assert_eq!(
+        [e::ENOSPC, e::ENODATA, e::EOPNOTSUPP, e::ECANCELED],
+        [
+            libc::ENOSPC,
+            libc::ENODATA,
+            libc::EOPNOTSUPP,
+            libc::ECANCELED
+        ]
+    );
+}

@@ -336,8 +336,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
     }
 }
 
-const ENOENT: i32 = 2;
-const ENOSPC: i32 = 28;
+use dlm_proto::errno::{ENOENT, ENOSPC};
 
 /// What `ls` found: the text or JSON to print and the `--exit-code` status.
 struct Listing {

@@ -37,9 +37,7 @@ mod table;
 mod tests;
 
 const NIL: u32 = u32::MAX;
-const EAGAIN: i32 = 11;
-const ENOENT: i32 = 2;
-const EINVAL: i32 = 22;
+use dlm_proto::errno::{EAGAIN, EINVAL, ENOENT};
 
 /// A granted lock (C's `struct posix_lock`); its range lives beside it (arena node or
 /// inline slot).

@@ -19,6 +19,7 @@
 //! What this crate deliberately does not do: any I/O, any clock, any allocation on the
 //! plock hot path (plock requests and messages encode into fixed arrays), any policy.
 
+pub mod errno;
 pub mod kernel;
 mod name;
 pub mod query;

@@ -146,8 +146,7 @@ async fn refuse(
     }
 }
 
-const EPERM: i32 = 1;
-const EOPNOTSUPP: i32 = 95;
+use dlm_proto::errno::{EOPNOTSUPP, EPERM};
 
 async fn reply(s: &mut UnixStream, h: DlmcHeader, payload: &[u8]) -> io::Result<()> {
     let h = h.with_payload_len(payload.len());

@@ -207,7 +207,7 @@ impl DaemonGroup {
             Body::FenceResult(f) => {
                 let outcome = match f.result {
                     0 => "fenced",
-                    crate::fencing::ECANCELED => "acknowledged",
+                    crate::fencing::RESULT_ACKED => "acknowledged",
                     _ => "failed",
                 };
                 crate::metrics::get()

@@ -41,9 +41,7 @@ pub use crate::lscore::LsReport;
 pub use lockspace::{DumpJob, LsCommand};
 pub(crate) use plock_device::answer_gone;
 
-/// `EEXIST`, `ENOENT` (the kernel's errno values in replies and log lines).
-pub(crate) const EEXIST: i32 = 17;
-const ENOENT: i32 = 2;
+pub(crate) use dlm_proto::errno::{EEXIST, ENOENT};
 
 /// Which group implementation carries the daemon's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

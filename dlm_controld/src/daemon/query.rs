@@ -75,8 +75,7 @@ pub(crate) async fn serve(
     }
 }
 
-const ENOENT: i32 = 2;
-const ENOSPC: i32 = 28;
+use dlm_proto::errno::{ENOENT, ENOSPC};
 /// Largest payload a reply header's `len` (u32, header included) can describe.
 const MAX_REPLY: usize = u32::MAX as usize - HEADER_SIZE;
 
