@@ -11,8 +11,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_proto::query::{DlmcChange, DlmcLockspace, LockspaceFlags, WaitCondition};
 use dlm_proto::wire::{
-    Body, Change as StartBody, DlmHeader, HeaderFlags, Message, MsgType, NativeEntry, NativeKind,
-    NativeWriter, PlocksDataWriter, Version3, encode_plock_msg, global_id,
+    Body, Change as StartBody, DAEMON_PROTOCOL, DlmHeader, HeaderFlags, Message, MsgType,
+    NativeEntry, NativeKind, NativeWriter, PlocksDataWriter, encode_plock_msg, global_id,
 };
 
 use crate::membership::{ChangeInfo, Effect, Env, FenceView, Membership, NodeHistory};
@@ -230,7 +230,7 @@ impl LsCore {
             local: Local::default(),
             writer: NativeWriter::new(DlmHeader {
                 global_id: gid,
-                ..DlmHeader::new(Version3([3, 1, 1]), MsgType::NATIVE, our)
+                ..DlmHeader::new(DAEMON_PROTOCOL, MsgType::NATIVE, our)
             }),
             batch_requests: false,
             native_sending: false,
@@ -316,7 +316,7 @@ impl LsCore {
     fn header(&self, t: MsgType) -> DlmHeader {
         DlmHeader {
             global_id: self.gid,
-            ..DlmHeader::new(Version3([3, 1, 1]), t, self.our)
+            ..DlmHeader::new(DAEMON_PROTOCOL, t, self.our)
         }
     }
 
