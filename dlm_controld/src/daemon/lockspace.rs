@@ -454,6 +454,9 @@ impl Shell {
                     crate::log::plock_op(&self.text, crate::log::PlockLine::Receive, &info);
                 }
                 self.perform(a);
+                // the request moved from the queue into our share at once: the device's
+                // reader must never see it in neither (it would read past the bound)
+                self.publish_backlog();
             }
             LsCommand::Query(reply) => {
                 let mut r = self.core.report();
