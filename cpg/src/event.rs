@@ -41,6 +41,18 @@ impl Reason {
             Self::Other(n) => n,
         }
     }
+
+    /// The word C's log lines use for it (`reason_str`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Join => "join",
+            Self::Leave => "leave",
+            Self::NodeDown => "nodedown",
+            Self::NodeUp => "nodeup",
+            Self::ProcDown => "procdown",
+            Self::Other(_) => "unknown",
+        }
+    }
 }
 
 /// One process in a membership list.
@@ -122,4 +134,32 @@ pub enum CpgError {
     /// The group was left or its bus is gone.
     #[error("group is closed")]
     Closed,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reason;
+
+    #[test]
+    fn reasons_round_trip_and_have_c_words() {
+        let words: Vec<(u32, &str)> = (0..7)
+            .map(|v| {
+                let r = Reason::from_raw(v);
+                assert_eq!(r.to_raw(), v);
+                (v, r.name())
+            })
+            .collect();
+        assert_eq!(
+            words,
+            [
+                (0, "unknown"),
+                (1, "join"),
+                (2, "leave"),
+                (3, "nodedown"),
+                (4, "nodeup"),
+                (5, "procdown"),
+                (6, "unknown")
+            ]
+        );
+    }
 }

@@ -30,16 +30,12 @@ pub mod reason {
     pub const PROCDOWN: i32 = 5;
 }
 
-/// `reason_str`.
+/// `reason_str`: a CPG reason's word, or startup fencing's.
 pub fn reason_str(r: i32) -> &'static str {
-    match r {
-        reason::STARTUP => "startup",
-        1 => "join",
-        reason::LEAVE => "leave",
-        reason::NODEDOWN => "nodedown",
-        4 => "nodeup",
-        reason::PROCDOWN => "procdown",
-        _ => "unknown",
+    match u32::try_from(r) {
+        _ if r == reason::STARTUP => "startup",
+        Ok(raw) => dlm_cpg::Reason::from_raw(raw).name(),
+        Err(_) => "unknown",
     }
 }
 
@@ -1113,5 +1109,25 @@ impl Fencing {
                 self.send_fipu_seq = self.last_join_seq;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{reason, reason_str};
+
+    #[test]
+    fn reason_words_are_cs() {
+        let words: Vec<&str> = [reason::STARTUP, 1, reason::LEAVE, reason::NODEDOWN, 4]
+            .into_iter()
+            .chain([reason::PROCDOWN, 9, -7])
+            .map(reason_str)
+            .collect();
+        assert_eq!(
+            words,
+            [
+                "startup", "join", "leave", "nodedown", "nodeup", "procdown", "unknown", "unknown"
+            ]
+        );
     }
 }

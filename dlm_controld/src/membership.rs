@@ -833,12 +833,5 @@ impl Membership {
 
 /// `reason_str`: corosync's CPG reason as C's log lines name it.
 fn reason_str(reason: u32) -> &'static str {
-    match reason {
-        1 => "join",
-        2 => "leave",
-        3 => "nodedown",
-        4 => "nodeup",
-        5 => "procdown",
-        _ => "unknown",
-    }
+    dlm_cpg::Reason::from_raw(reason).name()
 }
