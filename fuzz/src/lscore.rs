@@ -10,8 +10,8 @@ use dlm_cpg::{Event, Member, Reason, RingId};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::{
-    Change, DlmHeader, HeaderFlags, MsgType, PlockData, PlocksDataWriter, ResourceData, Version3,
-    encode_plock_msg, global_id,
+    Change, DlmHeader, HeaderFlags, MsgType, NativeEntry, NativeKind, NativeWriter, PlockData,
+    PlocksDataWriter, ResourceData, Version3, encode_plock_msg, global_id,
 };
 
 #[derive(Debug)]
@@ -93,7 +93,7 @@ pub fn run(bytes: &[u8]) {
                 owner: u64::from(r[5] % 3),
             }
         };
-        let actions = match r[0] % 10 {
+        let actions = match r[0] % 11 {
             0 => {
                 // a membership change: node 1 always, nodes 2 and 3 by the mask
                 let next: Vec<u32> = [1, 2, 3]
@@ -146,7 +146,13 @@ pub fn run(bytes: &[u8]) {
                     failed_count: i32::from(r[6] % 2),
                     members: members.iter().map(|&n| n as i32).collect(),
                 };
-                let flags = u32::from(r[2] & 0x7) | HeaderFlags::CANCEL_AWARE;
+                // native mode too, when the other member offers it
+                let native = if r[2] & 0x8 != 0 {
+                    HeaderFlags::NATIVE
+                } else {
+                    0
+                };
+                let flags = u32::from(r[2] & 0x7) | HeaderFlags::CANCEL_AWARE | native;
                 let payload = body.encode(&header(
                     MsgType::START,
                     other,
@@ -211,6 +217,43 @@ pub fn run(bytes: &[u8]) {
                 deliver(&mut core, &env, other, payload)
             }
             8 => core.poll(&env),
+            9 => {
+                // a NATIVE batch of the other member: requests (claims), a RELEASE, a STATE
+                // with its HELD entries, as its owner would send them or not
+                let mut w = NativeWriter::new(header(MsgType::NATIVE, other, 0, 0));
+                let i = info(other);
+                let kind = match r[6] % 3 {
+                    0 => NativeKind::Request {
+                        claim: r[6] & 0x10 != 0,
+                    },
+                    1 => NativeKind::Release,
+                    _ => NativeKind::State {
+                        held: u16::from(r[3] % 3),
+                    },
+                };
+                w.push(&NativeEntry { kind, info: i });
+                if let NativeKind::State { held } = kind {
+                    for k in 0..held {
+                        let start = u64::from(k) * 4;
+                        let held_info = PlockInfo {
+                            start,
+                            end: start + 1,
+                            wait: k == 1,
+                            ..i
+                        };
+                        w.push(&NativeEntry {
+                            kind: NativeKind::Held {
+                                candidate: r[5] & 1 != 0,
+                            },
+                            info: held_info,
+                        });
+                    }
+                }
+                match w.finish() {
+                    Some(payload) => deliver(&mut core, &env, other, payload),
+                    None => Vec::new(),
+                }
+            }
             _ => {
                 // raw bytes, behind a valid header half the time
                 let mut payload = Vec::new();
@@ -233,6 +276,14 @@ pub fn run(bytes: &[u8]) {
                     "a reply to a request never made: {rep:?}"
                 ),
                 _ => {}
+            }
+        }
+        // the shell's end of turn: the batch and our STATEs go out
+        if r[7] & 0x20 != 0 || core.batch_urgent() {
+            for a in core.sync() {
+                if let Action::Send(bytes) = a {
+                    ours.push_back(bytes);
+                }
             }
         }
         // a state transfer going out is handed over in portions
