@@ -12,6 +12,8 @@ need=no
 [[ $DAEMON == rust ]] && need=yes
 prepare_share "$RUN" $need 1:127.0.0.1
 echo "$DAEMON" >"$RUN/share/conf/daemon1"
+# DLMCONF: more dlm.conf lines (e.g. plock_ownership=1 for Debian's daemon)
+[[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G
 start=$SECONDS
 vm "$RUN" 1 ""
