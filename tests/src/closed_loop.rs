@@ -10,6 +10,61 @@ use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 
 use crate::FakeKernel;
 
+/// The daemons the side-by-side benches compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Daemons {
+    /// A stand-in answering every request at once (the driver's own ceiling).
+    StandIn,
+    /// Debian's C 4.2.0, default mode.
+    CDefault,
+    /// Debian's C 4.2.0 with `plock_ownership=1`.
+    COwnership,
+    /// Ours with `plock_native=0`: a C-compatible lockspace.
+    OursCompat,
+    /// Ours as it runs by default (native mode).
+    Ours,
+}
+
+impl Daemons {
+    /// Its name in the tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::StandIn => "stand-in (answers at once)",
+            Self::CDefault => "C 4.2.0",
+            Self::COwnership => "C 4.2.0 plock_ownership=1",
+            Self::OursCompat => "ours, plock_native=0 (C-compatible)",
+            Self::Ours => "ours (native mode)",
+        }
+    }
+}
+
+/// Starts one daemon of `kind` (not the stand-in) in network namespace `ns` on the fake
+/// kernel `k` (ours from the directory of this executable; C's through `shim`, its stderr
+/// to `log`), with fencing off.
+pub fn start_daemon_of(
+    kind: Daemons,
+    ns: &str,
+    k: &FakeKernel,
+    shim: &std::path::Path,
+    log: &std::path::Path,
+) -> Option<crate::Daemon> {
+    let root = k.root();
+    match kind {
+        Daemons::StandIn => None,
+        Daemons::Ours | Daemons::OursCompat => {
+            if kind == Daemons::OursCompat {
+                let etc = root.join("etc/dlm");
+                std::fs::create_dir_all(&etc).ok()?;
+                std::fs::write(etc.join("dlm.conf"), "plock_native=0\n").ok()?;
+            }
+            let bin = std::env::current_exe().ok()?.parent()?.join("dlm_controld");
+            crate::start_daemon_on_corosync(ns, &bin, root, k, &[])
+        }
+        Daemons::CDefault => crate::start_c_daemon(ns, shim, k, &["-f", "0"], log),
+        Daemons::COwnership => crate::start_c_daemon(ns, shim, k, &["-f", "0", "-o", "1"], log),
+    }
+}
+
 /// What a process asks at one step of its script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step {

@@ -3,6 +3,32 @@
 
 use super::*;
 
+/// A request of `node` with `op` on one of 4 inodes, 3 owners, bytes 0..18 (a CLOSE when
+/// `close`).
+fn random_request(
+    rnd: &mut dyn FnMut(u64) -> u64,
+    node: u32,
+    op: PlockOp,
+    close: bool,
+) -> PlockInfo {
+    let start = rnd(12);
+    PlockInfo {
+        version: PLOCK_VERSION,
+        op,
+        ex: rnd(2) == 0,
+        wait: rnd(2) == 0,
+        flags: PlockFlags(u8::from(close)),
+        pid: 100 + rnd(3) as u32,
+        nodeid: node as i32,
+        rv: 0,
+        fsid: 7,
+        number: rnd(4),
+        start,
+        end: start + rnd(6),
+        owner: rnd(3),
+    }
+}
+
 /// A seeded xorshift: `rnd(n)` is in `0..n`.
 fn xorshift(mut x: u64) -> impl FnMut(u64) -> u64 {
     move |n| {
@@ -41,22 +67,8 @@ fn renumbering_positions_changes_nothing() {
                 PlockOp::GET,
                 PlockOp::CANCEL,
             ][rnd(5) as usize];
-            let start = rnd(12);
-            let info = PlockInfo {
-                version: PLOCK_VERSION,
-                op,
-                ex: rnd(2) == 0,
-                wait: rnd(2) == 0,
-                flags: PlockFlags(u8::from(op == PlockOp::UNLOCK && rnd(8) == 0)),
-                pid: 100 + rnd(3) as u32,
-                nodeid: node as i32,
-                rv: 0,
-                fsid: 7,
-                number: rnd(4),
-                start,
-                end: start + rnd(6),
-                owner: rnd(3),
-            };
+            let close = op == PlockOp::UNLOCK && rnd(8) == 0;
+            let info = random_request(&mut rnd, node, op, close);
             plain.apply(step, node, &info, &mut out_a).expect("apply");
             pushed.apply(step, node, &info, &mut out_b).expect("apply");
         }
@@ -277,25 +289,7 @@ fn a_replaced_resource_decides_like_its_source() {
     let random_op = |rnd: &mut dyn FnMut(u64) -> u64| {
         let node = 1 + rnd(2) as u32;
         let op = [PlockOp::LOCK, PlockOp::LOCK, PlockOp::UNLOCK, PlockOp::GET][rnd(4) as usize];
-        let start = rnd(12);
-        (
-            node,
-            PlockInfo {
-                version: PLOCK_VERSION,
-                op,
-                ex: rnd(2) == 0,
-                wait: rnd(2) == 0,
-                flags: PlockFlags(0),
-                pid: 100 + rnd(3) as u32,
-                nodeid: node as i32,
-                rv: 0,
-                fsid: 7,
-                number: rnd(4),
-                start,
-                end: start + rnd(6),
-                owner: rnd(3),
-            },
-        )
+        (node, random_request(rnd, node, op, false))
     };
     for round in 0..200u64 {
         let mut a = Lockspace::new(1, 7, round);

@@ -23,36 +23,14 @@ use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
+use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    LockUnlock, Run, bench_args, drive, median, print_table, probe_queries,
+    LockUnlock, Run, bench_args, drive, median, print_table, probe_queries, start_daemon_of,
 };
-use dlm_tests::{
-    Daemon, FakeKernel, build_shim, cpu_ticks, start_c_daemon, start_daemon_on_corosync,
-};
+use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
 
 const PROCS: u64 = 16;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Kind {
-    StandIn,
-    CDefault,
-    COwnership,
-    OursCompat,
-    Ours,
-}
-
-impl Kind {
-    fn label(self) -> &'static str {
-        match self {
-            Self::StandIn => "stand-in (answers at once)",
-            Self::CDefault => "C 4.2.0",
-            Self::COwnership => "C 4.2.0 plock_ownership=1",
-            Self::OursCompat => "ours, plock_native=0 (C-compatible)",
-            Self::Ours => "ours (native mode)",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Case {
@@ -119,34 +97,11 @@ fn start(cs: &Corosync, base: &Path, shim: &Path, kind: Kind, n: usize) -> Optio
     let root = base.join(format!("run{n}"));
     let _ = std::fs::remove_dir_all(&root);
     let k = FakeKernel::start(&root).ok()?;
-    let here = std::env::current_exe().ok()?.parent()?.to_path_buf();
     let log = base.join(format!("c{n}.log"));
     let (daemon, standin) = match kind {
         Kind::StandIn => (None, Some(stand_in(&root)?)),
-        Kind::Ours | Kind::OursCompat => {
-            let bin = here.join("dlm_controld");
-            if kind == Kind::OursCompat {
-                let etc = root.join("etc/dlm");
-                std::fs::create_dir_all(&etc).ok()?;
-                std::fs::write(etc.join("dlm.conf"), "plock_native=0\n").ok()?;
-            }
-            (
-                Some(start_daemon_on_corosync(&cs.netns, &bin, &root, &k, &[])?),
-                None,
-            )
-        }
-        Kind::CDefault => (
-            Some(start_c_daemon(&cs.netns, shim, &k, &["-f", "0"], &log)?),
-            None,
-        ),
-        Kind::COwnership => (
-            Some(start_c_daemon(
-                &cs.netns,
-                shim,
-                &k,
-                &["-f", "0", "-o", "1"],
-                &log,
-            )?),
+        _ => (
+            Some(start_daemon_of(kind, &cs.netns, &k, shim, &log)?),
             None,
         ),
     };

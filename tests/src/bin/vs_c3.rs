@@ -23,35 +23,15 @@ use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockOp;
+use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    Drive, LockUnlock, Run, Script, Step, bench_args, drive, median, print_table,
+    Drive, LockUnlock, Run, Script, Step, bench_args, drive, median, print_table, start_daemon_of,
 };
-use dlm_tests::{
-    Daemon, FakeKernel, build_shim, cpu_ticks, start_c_daemon, start_daemon_on_corosync, writes,
-};
+use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks, writes};
 use support::Cluster;
 
 const PROCS: u64 = 16;
 const NODES: usize = 3;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Kind {
-    CDefault,
-    COwnership,
-    OursCompat,
-    Ours,
-}
-
-impl Kind {
-    fn label(self) -> &'static str {
-        match self {
-            Self::CDefault => "C 4.2.0",
-            Self::COwnership => "C 4.2.0 plock_ownership=1",
-            Self::OursCompat => "ours, plock_native=0 (C-compatible)",
-            Self::Ours => "ours (native mode)",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Case {
@@ -150,7 +130,6 @@ struct Setup {
 }
 
 fn start(c: &Cluster, base: &Path, shim: &Path, kind: Kind, n: usize) -> Option<Setup> {
-    let here = std::env::current_exe().ok()?.parent()?.to_path_buf();
     let mut s = Setup {
         roots: Vec::new(),
         kernels: Vec::new(),
@@ -162,18 +141,7 @@ fn start(c: &Cluster, base: &Path, shim: &Path, kind: Kind, n: usize) -> Option<
         let k = FakeKernel::start(&root).ok()?;
         let ns = c.node_ns(node);
         let log = base.join(format!("c{n}-{node}.log"));
-        let d = match kind {
-            Kind::Ours | Kind::OursCompat => {
-                if kind == Kind::OursCompat {
-                    let etc = root.join("etc/dlm");
-                    std::fs::create_dir_all(&etc).ok()?;
-                    std::fs::write(etc.join("dlm.conf"), "plock_native=0\n").ok()?;
-                }
-                start_daemon_on_corosync(&ns, &here.join("dlm_controld"), &root, &k, &[])?
-            }
-            Kind::CDefault => start_c_daemon(&ns, shim, &k, &["-f", "0"], &log)?,
-            Kind::COwnership => start_c_daemon(&ns, shim, &k, &["-f", "0", "-o", "1"], &log)?,
-        };
+        let d = start_daemon_of(kind, &ns, &k, shim, &log)?;
         s.roots.push(root);
         s.kernels.push(k);
         s.daemons.push(d);
