@@ -496,11 +496,6 @@ impl LsCore {
         }
     }
 
-    /// Our leave completed ([`Action::Left`] was returned).
-    pub fn has_left(&self) -> bool {
-        self.left
-    }
-
     /// A plock request from the kernel: multicast; applied when delivered. While we still
     /// wait for the table it is kept here and multicast once the table is complete (unlike
     /// C, which answers it from a partial table): our own messages are then never among the

@@ -734,7 +734,7 @@ pub(crate) async fn run(
     let done = ls.ctx.done.clone();
     ls.answer_the_rest(&mut commands);
     ls.publish_backlog_as(0);
-    if !ls.core.has_left() {
+    if !ls.core.is_left() {
         // ended without a leave (corosync went away): still registered, nothing replaced us
         unregister(&ls.ctx, &text);
     }
