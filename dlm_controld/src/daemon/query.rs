@@ -3,8 +3,10 @@
 //! stopping the lockspaces (the C daemon holds its global lock while it writes a dump).
 //!
 //! Commands served: 1 DUMP_DEBUG, 2 DUMP_PLOCKS, 3 LOCKSPACE_INFO, 4 NODE_INFO,
-//! 5 LOCKSPACES, 6 LOCKSPACE_NODES, 11 DUMP_LOG_PLOCK, 13 DUMP_STATUS, 14 DUMP_CONFIG,
-//! 17 DUMP_RUN (always empty: no run helper in this build).
+//! 5 LOCKSPACES, 6 LOCKSPACE_NODES (3–6 from the report each lockspace task publishes at
+//! its membership changes: no wait behind plock work), 11 DUMP_LOG_PLOCK, 13 DUMP_STATUS,
+//! 14 DUMP_CONFIG,
+//! 17 DUMP_RUN (the runs this node knows, as `dlm_tool run_list` prints them).
 //! Others close the connection without a reply, as C does for commands it does not know
 //! on this socket.
 
