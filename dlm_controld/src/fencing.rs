@@ -65,6 +65,22 @@ pub struct FenceOpts {
     pub two_node: bool,
 }
 
+impl FenceOpts {
+    /// The fencing options of `o`; `two_node` is corosync's (with two configured nodes).
+    pub fn from_options(o: &crate::config::Options, two_node: bool) -> Self {
+        use crate::config::Opt;
+        Self {
+            enabled: o.on(Opt::EnableFencing),
+            startup: o.on(Opt::EnableStartupFencing),
+            quorum: o.on(Opt::EnableQuorumFencing),
+            concurrent: o.on(Opt::EnableConcurrentFencing),
+            repeat_failed: o.on(Opt::RepeatFailedFencing),
+            post_join_delay: u64::try_from(o.num(Opt::PostJoinDelay)).unwrap_or(0),
+            two_node,
+        }
+    }
+}
+
 impl Default for FenceOpts {
     fn default() -> Self {
         Self {
@@ -412,10 +428,13 @@ impl Fencing {
     }
 
     /// The options C lets `reload_config` / `set_config` change.
-    pub fn reconfigure(&mut self, post_join_delay: u64, repeat_failed: bool, quorum: bool) {
-        self.opts.post_join_delay = post_join_delay;
-        self.opts.repeat_failed = repeat_failed;
-        self.opts.quorum = quorum;
+    /// `reload_config` / `set_config`: the options C re-reads (`post_join_delay`,
+    /// `repeat_failed_fencing`, `enable_quorum_fencing`) are taken from `new`; the others
+    /// stay as the daemon started.
+    pub fn reconfigure(&mut self, new: FenceOpts) {
+        self.opts.post_join_delay = new.post_join_delay;
+        self.opts.repeat_failed = new.repeat_failed;
+        self.opts.quorum = new.quorum;
     }
 
     /// The daemon protocol is negotiated: fencing work may begin (`daemon_fence_allow`).
@@ -1114,7 +1133,34 @@ impl Fencing {
 
 #[cfg(test)]
 mod tests {
-    use super::{reason, reason_str};
+    use super::{FenceOpts, reason, reason_str};
+
+    #[test]
+    fn options_map_to_fence_opts() {
+        use crate::config::{Config, Opt, Value};
+        let c = Config::load(
+            &[(Opt::EnableConcurrentFencing, Value::Num(1))],
+            Some("enable_fencing=0\nenable_startup_fencing=0\npost_join_delay=7\nrepeat_failed_fencing=0\n"),
+        )
+        .expect("loads");
+        assert_eq!(
+            FenceOpts::from_options(&c.options, true),
+            FenceOpts {
+                enabled: false,
+                startup: false,
+                quorum: true,
+                concurrent: true,
+                repeat_failed: false,
+                post_join_delay: 7,
+                two_node: true,
+            }
+        );
+        let d = Config::load(&[], None).expect("defaults");
+        assert_eq!(
+            FenceOpts::from_options(&d.options, false),
+            FenceOpts::default()
+        );
+    }
 
     #[test]
     fn reason_words_are_cs() {

@@ -459,11 +459,8 @@ impl DaemonGroup {
     /// C re-reads, and `enable_quorum_lockspace`.
     pub(crate) fn reconfigure(&mut self, o: &crate::config::Options) {
         use crate::config::Opt;
-        self.fencing.reconfigure(
-            u64::try_from(o.num(Opt::PostJoinDelay)).unwrap_or(0),
-            o.on(Opt::RepeatFailedFencing),
-            o.on(Opt::EnableQuorumFencing),
-        );
+        self.fencing
+            .reconfigure(crate::fencing::FenceOpts::from_options(o, false));
         let q = o.on(Opt::EnableQuorumLockspace);
         self.facts.send_if_modified(|f| {
             let changed = f.quorum_lockspace != q;

@@ -302,15 +302,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     // 4. the daemon group, its protocol and fencing
     let o = &args.config.options;
     use crate::config::Opt;
-    let opts = FenceOpts {
-        enabled: o.on(Opt::EnableFencing),
-        startup: o.on(Opt::EnableStartupFencing),
-        quorum: o.on(Opt::EnableQuorumFencing),
-        concurrent: o.on(Opt::EnableConcurrentFencing),
-        repeat_failed: o.on(Opt::RepeatFailedFencing),
-        post_join_delay: u64::try_from(o.num(Opt::PostJoinDelay)).unwrap_or(0),
-        two_node: quorum.view.two_node,
-    };
+    let opts = FenceOpts::from_options(o, quorum.view.two_node);
     let nodelist = services
         .as_ref()
         .map_or_else(|| vec![our], |s| s.nodelist.clone());
