@@ -2,26 +2,11 @@
 //! `Action::Dropped` naming why (the task logs and counts it), and nothing else happens.
 
 use dlm_controld::lscore::{Action, LsCore, LsEnv};
-use dlm_controld::membership::FenceView;
+use dlm_controld::membership::NoFencing as NoFence;
 use dlm_cpg::Event;
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::{DlmHeader, MsgType, Version3, encode_plock_msg, global_id};
-
-#[derive(Debug)]
-struct NoFence;
-
-impl FenceView for NoFence {
-    fn fence_time(&self, _: u32) -> Option<u64> {
-        Some(u64::MAX)
-    }
-    fn in_progress(&self) -> bool {
-        false
-    }
-    fn cluster_add_time(&self, _: u32) -> u64 {
-        0
-    }
-}
 
 /// The quorate, unfenced world every input of these tests meets.
 fn env(f: &NoFence) -> LsEnv<'_> {

@@ -5,7 +5,7 @@
 //! every kernel request it answers must be one it was given.
 
 use dlm_controld::lscore::{Action, LsCore, LsEnv};
-use dlm_controld::membership::FenceView;
+use dlm_controld::membership::NoFencing;
 use dlm_cpg::{Event, Member, Reason, RingId};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
@@ -13,21 +13,6 @@ use dlm_proto::wire::{
     Change, DlmHeader, HeaderFlags, MsgType, NativeEntry, NativeKind, NativeWriter, PlockData,
     PlocksDataWriter, ResourceData, Version3, encode_plock_msg, global_id,
 };
-
-#[derive(Debug)]
-struct Fence;
-
-impl FenceView for Fence {
-    fn fence_time(&self, _: u32) -> Option<u64> {
-        Some(u64::MAX)
-    }
-    fn in_progress(&self) -> bool {
-        false
-    }
-    fn cluster_add_time(&self, _: u32) -> u64 {
-        0
-    }
-}
 
 fn deliver(core: &mut LsCore, env: &LsEnv<'_>, from: u32, payload: Vec<u8>) -> Vec<Action> {
     core.event(
@@ -53,7 +38,7 @@ pub fn run(bytes: &[u8]) {
     let name = LockspaceName::new(b"fz").expect("name");
     let gid = global_id(&name);
     let mut core = LsCore::new(name, 1, true, 0x5eed);
-    let fence = Fence;
+    let fence = NoFencing;
     let mut members: Vec<u32> = Vec::new();
     let mut ring = 0u64;
     let mut ours: std::collections::VecDeque<Vec<u8>> = Default::default();
