@@ -125,6 +125,15 @@ impl Mixed {
         self.kernels[k - 1] = kernel_at(&self.base, &root);
     }
 
+    /// Why a fencing count is off: the agents' log and the C daemon's (node `c`).
+    fn fence_story(&self, c: usize) -> String {
+        format!(
+            "agents:\n{}\nC daemon on node {c}:\n{}",
+            std::fs::read_to_string(self.base.join("fenced")).unwrap_or_default(),
+            std::fs::read_to_string(self.c_log(c)).unwrap_or_default()
+        )
+    }
+
     fn fenced(&self, node: u32) -> usize {
         std::fs::read_to_string(self.base.join("fenced"))
             .unwrap_or_default()
@@ -272,7 +281,7 @@ fn c_and_rust_daemons_share_lockspaces_plocks_and_fencing() {
     // and restarts the lockspace with nodes 1 and 3
     m.kill(2);
     m.wait_restarted(&[1, 3], &[1, 3]);
-    assert_eq!(m.fenced(2), 1);
+    assert_eq!(m.fenced(2), 1, "{}", m.fence_story(3));
     let c = std::fs::read_to_string(m.c_log(3)).unwrap_or_default();
     assert!(
         c.contains("fence status 2 receive 0 from 1"),
@@ -319,7 +328,7 @@ fn state_transfer_both_ways_and_the_c_node_fenced() {
     // the C node dies: ours fence it and purge its locks and its waiter
     m.kill(1);
     m.wait_restarted(&[2, 3], &[2, 3]);
-    assert_eq!(m.fenced(1), 1);
+    assert_eq!(m.fenced(1), 1, "{}", m.fence_story(1));
     let t = m.same_table(&[2, 3]);
     assert_eq!(t.lines().count(), 1, "{t}");
     // ours only: CANCEL removes the waiter everywhere
@@ -386,7 +395,7 @@ fn state_transfer_both_ways_and_the_c_node_fenced() {
     // restart only on its FENCE_RESULT
     m.kill(3);
     m.wait_restarted(&[1, 2], &[1, 2]);
-    assert_eq!(m.fenced(3), 1);
+    assert_eq!(m.fenced(3), 1, "{}", m.fence_story(1));
     let st = m.dlm_tool(2, &["status"]);
     assert!(
         st.lines()
