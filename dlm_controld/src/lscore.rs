@@ -199,6 +199,8 @@ pub struct LsCore {
     scratch: Vec<dlm_plock::Held>,
     /// Moves whenever what [`Self::report`] shows of membership may have changed.
     generation: u64,
+    /// A local decision is being applied (its reply is the last one expected).
+    deciding: bool,
 }
 
 impl LsCore {
@@ -238,6 +240,7 @@ impl LsCore {
             stats: NativeStats::default(),
             scratch: Vec::new(),
             generation: 0,
+            deciding: false,
         }
     }
 
@@ -529,7 +532,9 @@ impl LsCore {
 
     fn decide(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
         self.stats.local += 1;
+        self.deciding = true;
         self.engine_apply(now_ms, self.our, info, out);
+        self.deciding = false;
         // a GET changes nothing; alone, nobody else keeps a table
         if info.op == dlm_proto::kernel::PlockOp::GET || self.alone {
             return;
@@ -828,7 +833,12 @@ impl LsCore {
     }
 
     fn reply(&mut self, info: PlockInfo, out: &mut Vec<Action>) {
-        self.order.answered(info, |r| out.push(Action::Reply(r)));
+        let emit = |r| out.push(Action::Reply(r));
+        if self.deciding {
+            self.order.answered_last(info, emit);
+        } else {
+            self.order.answered(info, emit);
+        }
     }
 
     fn release_held(&mut self, e: &LsEnv<'_>, out: &mut Vec<Action>) {

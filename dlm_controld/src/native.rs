@@ -174,6 +174,27 @@ impl ReplyOrder {
         }
     }
 
+    /// The reply to the request expected last (a local decision: no earlier request of the
+    /// same op, resource and owner can be outstanding, it would still be in CPG), found
+    /// without walking the queue; otherwise as [`Self::answered`].
+    pub fn answered_last(&mut self, reply: PlockInfo, mut emit: impl FnMut(PlockInfo)) {
+        let last = self.slots.back_mut().filter(|s| {
+            !reply.wait
+                && s.reply.is_none()
+                && s.op == reply.op.0
+                && s.number == reply.number
+                && s.owner == reply.owner
+        });
+        let Some(slot) = last else {
+            return self.answered(reply, emit);
+        };
+        slot.reply = Some(reply);
+        while let Some(r) = self.slots.front().and_then(|s| s.reply) {
+            self.slots.pop_front();
+            emit(r);
+        }
+    }
+
     /// Non-blocking requests not yet answered, or answered and held back.
     pub fn len(&self) -> usize {
         self.slots.len()
@@ -291,6 +312,25 @@ mod tests {
         o.answered(a, |r| out.push(r.number));
         assert_eq!(out, [2, 1, 3]);
         assert!(o.is_empty());
+    }
+
+    #[test]
+    fn a_local_answer_takes_the_last_place_and_waits_behind_older_ones() {
+        let mut o = ReplyOrder::default();
+        let (a, b) = (info(PlockOp::GET, 1, false), info(PlockOp::LOCK, 2, false));
+        o.expect(&a);
+        o.expect(&b);
+        let mut out = Vec::new();
+        o.answered_last(b, |r| out.push(r.number));
+        assert!(out.is_empty(), "2 waits behind 1");
+        o.answered(a, |r| out.push(r.number));
+        assert_eq!(out, [1, 2]);
+        // not the last one: found as any other
+        o.expect(&a);
+        o.expect(&b);
+        o.answered_last(a, |r| out.push(r.number));
+        assert_eq!(out, [1, 2, 1]);
+        assert_eq!(o.len(), 1);
     }
 
     #[test]
