@@ -332,3 +332,43 @@ pub fn bench_args() -> Result<f64, &'static str> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0))
 }
+
+/// `perf stat` of process `pid` for `secs` (software events: this machine's VMs have no
+/// hardware counters): started by [`PerfCounts::start`], read by [`PerfCounts::finish`].
+#[derive(Debug)]
+pub struct PerfCounts(Option<std::process::Child>);
+
+impl PerfCounts {
+    /// Counting starts now, for `secs`, if `VS_PERF` is set and `perf` runs.
+    pub fn start(pid: u32, secs: f64) -> Self {
+        if std::env::var("VS_PERF").is_err() || pid == 0 {
+            return Self(None);
+        }
+        let child = std::process::Command::new("perf")
+            .args([
+                "stat",
+                "-x,",
+                "-e",
+                "raw_syscalls:sys_enter,context-switches",
+            ])
+            .args(["-p", &pid.to_string(), "--", "sleep", &format!("{secs}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .ok();
+        Self(child)
+    }
+
+    /// (syscalls, context switches) over the counting, or None.
+    pub fn finish(self) -> Option<(u64, u64)> {
+        let out = self.0?.wait_with_output().ok()?;
+        let text = String::from_utf8_lossy(&out.stderr);
+        let count = |event: &str| {
+            text.lines()
+                .find(|l| l.contains(event))
+                .and_then(|l| l.split(',').next())
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        };
+        Some((count("sys_enter")?, count("context-switches")?))
+    }
+}

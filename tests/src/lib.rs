@@ -179,9 +179,11 @@ pub fn start_c_daemon(
         args.push(' ');
         args.push_str(a);
     }
+    // for profiling: `C_DAEMON_WRAP="valgrind --tool=callgrind"` runs it under a tool
+    let wrap = std::env::var("C_DAEMON_WRAP").unwrap_or_default();
     let script = format!(
         "mount -t tmpfs tmpfs /run && mount --bind {root}/sys/kernel /sys/kernel && \
-         exec env LD_PRELOAD={} DLM_FAKE_ROOT={root} /usr/sbin/dlm_controld -D{args}",
+         exec env LD_PRELOAD={} DLM_FAKE_ROOT={root} {wrap} /usr/sbin/dlm_controld -D{args}",
         shim.display()
     );
     for _ in 0..30 {

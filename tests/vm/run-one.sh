@@ -19,7 +19,7 @@ start=$SECONDS
 vm "$RUN" 1 ""
 echo "VM ran $((SECONDS - start)) s; results in $RUN/share/out"
 out=$RUN/share/out
-for f in times.txt plocks.txt uevents.txt rss_kb.txt ls.txt; do
+for f in threads.txt times.txt plocks.txt uevents.txt rss_kb.txt ls.txt; do
     [[ -f $out/$f ]] && { echo "--- $f"; cat "$out/$f"; }
 done
 [[ -f $out/dump.txt ]] && echo "--- dump.txt: $(wc -l <"$out/dump.txt") lines"

@@ -25,7 +25,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    LockUnlock, Run, bench_args, drive, median, print_table, probe_queries, start_daemon_of,
+    LockUnlock, PerfCounts, Run, bench_args, drive, median, print_table, probe_queries,
+    start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
@@ -88,6 +89,7 @@ fn stand_in(root: &Path) -> Option<std::thread::JoinHandle<()>> {
 /// Where a run's daemon lives.
 struct Setup {
     root: PathBuf,
+    kind: Kind,
     k: FakeKernel,
     daemon: Option<Daemon>,
     standin: Option<std::thread::JoinHandle<()>>,
@@ -107,6 +109,7 @@ fn start(cs: &Corosync, base: &Path, shim: &Path, kind: Kind, n: usize) -> Optio
     };
     Some(Setup {
         root,
+        kind,
         k,
         daemon,
         standin,
@@ -125,6 +128,7 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     }
     let dpid = s.daemon.as_ref().map_or(0, |d| d.0.id());
     let (d0, c0) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
+    let perf = PerfCounts::start(dpid, secs);
     let script = LockUnlock(|p, _| case.lock_of(p));
     let first = 100 + 1000 * case as u64;
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -139,6 +143,17 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         (d, ls)
     });
     let mut d = d?;
+    if let Some((sys, cs)) = perf.finish() {
+        #[allow(clippy::cast_precision_loss)]
+        let per = |n: u64| n as f64 / d.ops.max(1) as f64;
+        eprintln!(
+            "perf {} / {}: {:.2} syscalls/op, {:.3} context switches/op",
+            case.label(),
+            s.kind.label(),
+            per(sys),
+            per(cs)
+        );
+    }
     let (d1, c1) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
     let coro = if s.daemon.is_some() {
         c1.saturating_sub(c0)
@@ -163,18 +178,24 @@ fn main() -> ExitCode {
         eprintln!("cannot build the LD_PRELOAD shim (cc)");
         return ExitCode::FAILURE;
     };
-    let kinds = [
+    // `VS_KINDS=<indexes>` (e.g. `24`: C's ownership mode and ours), for profiling
+    let kinds: Vec<Kind> = [
         Kind::StandIn,
         Kind::CDefault,
         Kind::COwnership,
         Kind::OursCompat,
         Kind::Ours,
-    ];
+    ]
+    .into_iter()
+    .enumerate()
+    .filter(|(i, _)| std::env::var("VS_KINDS").map_or(true, |v| v.contains(&i.to_string())))
+    .map(|(_, k)| k)
+    .collect();
     let cases = [Case::NodeLocal, Case::OneFile, Case::Contended];
     let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
     let mut n = 0;
     for _round in 0..2 {
-        for kind in kinds {
+        for &kind in &kinds {
             n += 1;
             let Some(s) = start(&cs, &base, &shim, kind, n) else {
                 eprintln!("{} did not start", kind.label());
@@ -201,7 +222,7 @@ fn main() -> ExitCode {
                 .cloned()
                 .unwrap_or_default(),
         );
-        for kind in kinds {
+        for &kind in &kinds {
             let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
             rows.push((case.label(), kind.label(), r, c.ops_s));
         }
