@@ -197,6 +197,8 @@ pub struct LsCore {
     stats: NativeStats,
     /// A resource's state, reused.
     scratch: Vec<dlm_plock::Held>,
+    /// The engine's replies to one request, reused.
+    replies: Vec<dlm_plock::Reply>,
     /// Moves whenever what [`Self::report`] shows of membership may have changed.
     generation: u64,
     /// A local decision is being applied (its reply is the last one expected).
@@ -239,6 +241,7 @@ impl LsCore {
             alone: false,
             stats: NativeStats::default(),
             scratch: Vec::new(),
+            replies: Vec::new(),
             generation: 0,
             deciding: false,
         }
@@ -505,17 +508,17 @@ impl LsCore {
     /// saved ones a restarted transfer discards, and their replies come from the whole table.
     /// In native mode a request for a resource we own is decided here (see
     /// docs/native-mode.md); a non-blocking request's reply still leaves in read order.
-    pub fn request(&mut self, now_ms: u64, info: &PlockInfo) -> Vec<Action> {
-        let mut out = Vec::new();
+    /// Its actions are added to `out` (the shell reuses one vector: no allocation per
+    /// request).
+    pub fn request(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
         self.order.expect(info);
         if self.need_plocks {
             self.unsent.push(*info);
         } else if self.can_decide(info.number) {
-            self.decide(now_ms, info, &mut out);
+            self.decide(now_ms, info, out);
         } else {
-            self.send_request(now_ms, info, &mut out);
+            self.send_request(now_ms, info, out);
         }
-        out
     }
 
     /// We may decide a request for `number` here: native, started, ours, nobody waiting
@@ -823,13 +826,14 @@ impl LsCore {
             }
             return;
         }
-        let mut replies = Vec::new();
+        let mut replies = std::mem::take(&mut self.replies);
         // a message from a node that lies about itself was checked above; the engine's
         // own refusal cannot happen here
         let _ = self.plocks.apply(now_ms, from, info, &mut replies);
-        for r in replies {
+        for r in replies.drain(..) {
             self.reply(r.info, out);
         }
+        self.replies = replies;
     }
 
     fn reply(&mut self, info: PlockInfo, out: &mut Vec<Action>) {

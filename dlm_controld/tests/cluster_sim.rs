@@ -466,7 +466,8 @@ impl Sim {
             // non-blocking requests, which is where the model applies it
             node.fifo.push_back(info.pid);
         }
-        let a = node.core.request(self.clock * 1000, &info);
+        let mut a = Vec::new();
+        node.core.request(self.clock * 1000, &info, &mut a);
         Self::perform(node, a, self.seed);
     }
 
@@ -501,7 +502,8 @@ impl Sim {
             },
         );
         node.fifo.push_back(info.pid);
-        let a = node.core.request(self.clock * 1000, &info);
+        let mut a = Vec::new();
+        node.core.request(self.clock * 1000, &info, &mut a);
         Self::perform(node, a, self.seed);
     }
 

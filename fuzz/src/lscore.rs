@@ -154,7 +154,9 @@ pub fn run(bytes: &[u8]) {
             5 => {
                 let i = info(1);
                 asked.push(i);
-                core.request(0, &i)
+                let mut a = Vec::new();
+                core.request(0, &i, &mut a);
+                a
             }
             6 => {
                 let rd = ResourceData {

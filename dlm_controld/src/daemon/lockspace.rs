@@ -104,6 +104,8 @@ const SEND_PER_TURN: usize = 64;
 const EVENTS_PER_TURN: usize = 64;
 /// Queued commands handled per loop turn besides the first (one batch of requests).
 const COMMANDS_PER_TURN: usize = 64;
+/// The capacity of an action vector kept for reuse, at most.
+const ACTIONS_KEPT: usize = 256;
 /// Our decisions reach the other members' tables (STATEs) at most this late
 /// (docs/native-mode.md).
 const BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
@@ -111,18 +113,6 @@ const BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 async fn sleep_until_some(due: Option<tokio::time::Instant>) {
     if let Some(d) = due {
         tokio::time::sleep_until(d).await;
-    }
-}
-
-/// What identifies a local request until its reply: the reply echoes these fields.
-type PendingKey = (u8, u64, u64, u32, u64, u64, bool);
-
-fn pending_key(i: &PlockInfo) -> PendingKey {
-    if i.op == dlm_proto::kernel::PlockOp::GET {
-        // a GET's reply carries the conflicting lock's range and pid
-        (i.op.0, i.number, i.owner, 0, 0, 0, i.wait)
-    } else {
-        (i.op.0, i.number, i.owner, i.pid, i.start, i.end, i.wait)
     }
 }
 
@@ -189,12 +179,10 @@ struct Shell {
     core: LsCore,
     /// The name as text (log lines, the plock log's records share it).
     text: std::sync::Arc<str>,
-    /// Local requests not yet answered, with the time each was read (for the latency
-    /// histogram); identical outstanding requests queue in order.
-    pending: std::collections::HashMap<
-        PendingKey,
-        std::collections::VecDeque<(std::time::Instant, PlockInfo)>,
-    >,
+    /// The actions of one request, reused (see [`Self::perform`]).
+    actions: Vec<Action>,
+    /// Local requests not yet answered, with the time each was read.
+    pending: super::outstanding::Outstanding,
     conf: LockspaceConf,
     group: LsGroup,
     ctx: LsContext,
@@ -224,14 +212,14 @@ impl Shell {
         f(&mut self.core, &env)
     }
 
-    fn perform(&mut self, actions: Vec<Action>) {
+    fn perform(&mut self, mut actions: Vec<Action>) {
         // before anything the kernel or a test can see (event_done): a query that follows
         // it finds the report of the change
         self.publish_report();
         // the first messages of a batch go out at once; the rest of a long one (a state
         // transfer) is queued and handed over a portion per loop turn
         let mut sent = 0usize;
-        for a in actions {
+        for a in actions.drain(..) {
             let r = match a {
                 Action::StopKernel => self.ctx.seam.sysfs_write(self.core.name(), "control", "0"),
                 Action::StartKernel {
@@ -317,6 +305,10 @@ impl Shell {
                 tracing::error!("{e}");
             }
         }
+        // kept for the next request (a state transfer's long vector is let go)
+        if actions.capacity() <= ACTIONS_KEPT {
+            self.actions = actions;
+        }
     }
 
     /// `start_kernel`: id, nodir, configfs members, control, event_done.
@@ -356,30 +348,13 @@ impl Shell {
         use dlm_proto::kernel::PlockOp;
         self.metrics.requests[crate::metrics::op_index(info.op)].inc();
         if info.flags.close() {
-            if !self.pending.is_empty() {
-                self.pending
-                    .retain(|k, _| !(k.1 == info.number && k.2 == info.owner));
-            }
+            self.pending.closed(info.number, info.owner);
             return;
         }
         if info.op == PlockOp::CANCEL {
-            let waiter = PlockInfo {
-                op: PlockOp::LOCK,
-                wait: true,
-                ..*info
-            };
-            let key = pending_key(&waiter);
-            if let Some(q) = self.pending.get_mut(&key) {
-                q.pop_front();
-                if q.is_empty() {
-                    self.pending.remove(&key);
-                }
-            }
+            self.pending.cancelled(info);
         }
-        self.pending
-            .entry(pending_key(info))
-            .or_default()
-            .push_back((t0, *info));
+        self.pending.insert(t0, *info);
     }
 
     /// Publishes this task's own backlog (its core's requests not yet done with, counted
@@ -410,11 +385,7 @@ impl Shell {
         let Some(dev) = self.ctx.device.clone() else {
             return;
         };
-        let rest: Vec<PlockInfo> = self
-            .pending
-            .drain()
-            .flat_map(|(_, q)| q.into_iter().map(|(_, info)| info))
-            .collect();
+        let rest = self.pending.take_all();
         if !rest.is_empty() {
             tracing::error!(
                 "{} plock requests answered -EEXIST at the lockspace's end",
@@ -428,14 +399,8 @@ impl Shell {
 
     fn count_reply(&mut self, info: &PlockInfo) {
         self.metrics.replies[crate::metrics::result_index(info.op, info.rv)].inc();
-        let key = pending_key(info);
-        if let Some(q) = self.pending.get_mut(&key) {
-            if let Some((t0, _)) = q.pop_front() {
-                self.metrics.seconds[usize::from(info.wait)].observe(t0.elapsed().as_secs_f64());
-            }
-            if q.is_empty() {
-                self.pending.remove(&key);
-            }
+        if let Some(t0) = self.pending.answered(info) {
+            self.metrics.seconds[usize::from(info.wait)].observe(t0.elapsed().as_secs_f64());
         }
     }
 
@@ -448,10 +413,13 @@ impl Shell {
             LsCommand::Plock(info, t0) => {
                 self.take(&info, t0);
                 let local = self.core.native_stats().local;
-                let a = self.core.request(crate::clock::monotonic_ms(), &info);
+                let mut a = std::mem::take(&mut self.actions);
+                let now_ms = crate::clock::monotonic_ms();
+                self.core.request(now_ms, &info, &mut a);
                 if self.core.native_stats().local != local {
                     // decided here: its _receive_plock line, as if delivered
-                    crate::log::plock_op(&self.text, crate::log::PlockLine::Receive, &info);
+                    let line = crate::log::PlockLine::Receive;
+                    crate::log::plock_op(now_ms / 1000, &self.text, line, &info);
                 }
                 self.perform(a);
                 // the request moved from the queue into our share at once: the device's
@@ -483,8 +451,9 @@ impl Shell {
     /// The native batch: requests go at the end of the turn that read them; the STATEs of
     /// what we decided within [`BATCH_DELAY`]. Returns when the pending batch is due.
     fn send_batch(&mut self, due: Option<tokio::time::Instant>) -> Option<tokio::time::Instant> {
-        let now = tokio::time::Instant::now();
-        if self.core.batch_urgent() || due.is_some_and(|d| d <= now) {
+        // the clock only when a batch waits (not once per request of a lone node)
+        let now = || tokio::time::Instant::now();
+        if self.core.batch_urgent() || due.is_some_and(|d| d <= now()) {
             let a = self.core.sync();
             self.perform(a);
         }
@@ -492,7 +461,7 @@ impl Shell {
         if !self.core.batch_pending() {
             return None;
         }
-        Some(due.unwrap_or(now + BATCH_DELAY))
+        Some(due.unwrap_or_else(|| now() + BATCH_DELAY))
     }
 
     /// Publishes the report for the query socket when membership may have changed.
@@ -538,18 +507,19 @@ impl Shell {
     fn log_receive(&self, payload: &[u8]) {
         use dlm_proto::wire::{Body, Message, NativeKind};
         let line = crate::log::PlockLine::Receive;
+        let now = monotonic_secs();
         match Message::decode(payload) {
             Ok(Message {
                 body: Body::Plock(info),
                 ..
-            }) => crate::log::plock_op(&self.text, line, &info),
+            }) => crate::log::plock_op(now, &self.text, line, &info),
             Ok(Message {
                 body: Body::Native(batch),
                 ..
             }) => {
                 for e in batch.entries() {
                     if matches!(e.kind, NativeKind::Request { .. }) {
-                        crate::log::plock_op(&self.text, line, &e.info);
+                        crate::log::plock_op(now, &self.text, line, &e.info);
                     }
                 }
             }
@@ -633,7 +603,8 @@ pub(crate) async fn run(
         metrics: LsMetrics::new(&text),
         core: LsCore::new(name, ctx.our, ctx.embedded, random_seed()),
         text: std::sync::Arc::from(text.as_str()),
-        pending: std::collections::HashMap::new(),
+        actions: Vec::new(),
+        pending: super::outstanding::Outstanding::default(),
         conf,
         group,
         ctx: ctx.clone(),

@@ -11,6 +11,7 @@ mod control;
 mod daemon_group;
 mod lockspace;
 mod metrics_http;
+mod outstanding;
 mod plock_device;
 mod query;
 mod startup;

@@ -106,9 +106,9 @@ impl DeviceGate {
         }
     }
 
-    /// One more record may be read now under `limit` per second; otherwise it closes.
-    fn admit(&mut self, limit: i64) -> bool {
-        let now = crate::clock::monotonic_ms();
+    /// One more record may be read at `now` (monotonic ms) under `limit` per second;
+    /// otherwise it closes.
+    fn admit(&mut self, limit: i64, now: u64) -> bool {
         if let Err(resume) = self.rate.admit(limit, now) {
             let wait = Duration::from_millis(resume.saturating_sub(now));
             self.paused_until = Some(tokio::time::Instant::now() + wait);
@@ -134,7 +134,12 @@ fn read_plocks(
     fsids: &Fsids,
     registry: &query::Registry,
 ) -> Result<(), DaemonError> {
-    while gate.admit(limit) {
+    loop {
+        // one clock read per record: the gate and the plock log's line
+        let now_ms = crate::clock::monotonic_ms();
+        if !gate.admit(limit, now_ms) {
+            return Ok(());
+        }
         let mut buf = [0u8; 128];
         let dev = &guard.get_inner().0;
         match dev.try_read_record(&mut buf) {
@@ -142,7 +147,7 @@ fn read_plocks(
                 let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
                 return Err(DaemonError::Io("plock device", eof));
             }
-            Ok(n) => plock_request(&buf[..n], our, fsids, registry, dev),
+            Ok(n) => plock_request(&buf[..n], now_ms, our, fsids, registry, dev),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 guard.clear_ready();
                 return Ok(());
@@ -150,13 +155,13 @@ fn read_plocks(
             Err(e) => return Err(DaemonError::Io("plock device", e)),
         }
     }
-    Ok(())
 }
 
 /// One record from the plock device (`process_plocks`): to its lockspace's task, or an
 /// early error reply. Malformed records are dropped (the kernel never sends them).
 fn plock_request(
     bytes: &[u8],
+    now_ms: u64,
     our: u32,
     fsids: &Fsids,
     registry: &query::Registry,
@@ -177,7 +182,7 @@ fn plock_request(
     // requests for a known lockspace are counted by its task
     let name = fsids.get(&info.fsid);
     match name {
-        Some(n) => crate::log::plock_op(n, crate::log::PlockLine::Read, &info),
+        Some(n) => crate::log::plock_op(now_ms / 1000, n, crate::log::PlockLine::Read, &info),
         // a plock-log line, as C: a kernel request, not bad input (and no syslog flood)
         None => {
             crate::metrics::get()

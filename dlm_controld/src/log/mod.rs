@@ -353,8 +353,13 @@ pub fn log_config(group: &str, members: &[u32], joined: &[u32], left: &[u32]) {
 
 /// A plock request's `read plock` / `receive plock` line: a record in the plock ring,
 /// formatted only when dumped (or at once when debugging to stderr or the log file).
-pub fn plock_op(ls: &std::sync::Arc<str>, line: PlockLine, info: &dlm_proto::kernel::PlockInfo) {
-    let now = crate::clock::monotonic_secs();
+/// `now` is the monotonic second the caller read (one clock read serves a request's path).
+pub fn plock_op(
+    now: u64,
+    ls: &std::sync::Arc<str>,
+    line: PlockLine,
+    info: &dlm_proto::kernel::PlockInfo,
+) {
     let Ok(mut l) = logger().lock() else {
         return;
     };

@@ -1,0 +1,173 @@
+//! The local requests a lockspace's task has taken and not yet answered: for the latency
+//! histogram, and so that each one gets a reply when the lockspace ends. Kept in a B-tree
+//! by the fields a reply echoes, oldest first among identical requests: no hashing per
+//! request (SipHash of the key was a quarter of the daemon's instructions per request), and
+//! a local user, who chooses those fields, cannot make its cost depend on collisions.
+
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use dlm_proto::kernel::{PlockInfo, PlockOp};
+
+/// What identifies a local request until its reply: the reply echoes these fields.
+type Key = (u8, u64, u64, u32, u64, u64, bool);
+
+fn key_of(i: &PlockInfo) -> Key {
+    if i.op == PlockOp::GET {
+        // a GET's reply carries the conflicting lock's range and pid
+        (i.op.0, i.number, i.owner, 0, 0, 0, i.wait)
+    } else {
+        (i.op.0, i.number, i.owner, i.pid, i.start, i.end, i.wait)
+    }
+}
+
+/// Requests taken, each with the time it was read, until their replies.
+#[derive(Debug, Default)]
+pub(crate) struct Outstanding {
+    requests: BTreeMap<Key, Same>,
+}
+
+/// The requests with one key: the oldest, and (rarely: two threads of one process asking
+/// the same) those after it, in order.
+#[derive(Debug)]
+struct Same {
+    first: (Instant, PlockInfo),
+    more: VecDeque<(Instant, PlockInfo)>,
+}
+
+impl Outstanding {
+    /// A request read at `t0` now waits for its reply.
+    pub(crate) fn insert(&mut self, t0: Instant, info: PlockInfo) {
+        match self.requests.entry(key_of(&info)) {
+            Entry::Vacant(v) => {
+                v.insert(Same {
+                    first: (t0, info),
+                    more: VecDeque::new(),
+                });
+            }
+            Entry::Occupied(mut o) => o.get_mut().more.push_back((t0, info)),
+        }
+    }
+
+    /// The oldest request `reply` answers, gone from here: when it was read.
+    pub(crate) fn answered(&mut self, reply: &PlockInfo) -> Option<Instant> {
+        self.take_oldest(key_of(reply)).map(|(t0, _)| t0)
+    }
+
+    /// A CANCEL of a waiter: the LOCK it names is answered by no reply.
+    pub(crate) fn cancelled(&mut self, cancel: &PlockInfo) {
+        let waiter = PlockInfo {
+            op: PlockOp::LOCK,
+            wait: true,
+            ..*cancel
+        };
+        self.take_oldest(key_of(&waiter));
+    }
+
+    /// A CLOSE: nothing of `owner` on file `number` is answered any more.
+    pub(crate) fn closed(&mut self, number: u64, owner: u64) {
+        if !self.requests.is_empty() {
+            self.requests
+                .retain(|k, _| !(k.1 == number && k.2 == owner));
+        }
+    }
+
+    /// Every request still waiting, in no particular order; none waits afterwards.
+    pub(crate) fn take_all(&mut self) -> Vec<PlockInfo> {
+        std::mem::take(&mut self.requests)
+            .into_values()
+            .flat_map(|s| std::iter::once(s.first).chain(s.more))
+            .map(|(_, info)| info)
+            .collect()
+    }
+
+    /// One search of the tree per request answered.
+    fn take_oldest(&mut self, key: Key) -> Option<(Instant, PlockInfo)> {
+        let Entry::Occupied(mut o) = self.requests.entry(key) else {
+            return None;
+        };
+        let same = o.get_mut();
+        match same.more.pop_front() {
+            Some(next) => Some(std::mem::replace(&mut same.first, next)),
+            None => Some(o.remove().first),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(owner: u64, start: u64, wait: bool) -> PlockInfo {
+        PlockInfo {
+            version: dlm_proto::kernel::PLOCK_VERSION,
+            op: PlockOp::LOCK,
+            ex: true,
+            wait,
+            flags: dlm_proto::kernel::PlockFlags(0),
+            pid: 40,
+            nodeid: 1,
+            rv: 0,
+            fsid: 1,
+            number: 7,
+            start,
+            end: start + 9,
+            owner,
+        }
+    }
+
+    #[test]
+    fn identical_requests_are_answered_oldest_first() {
+        let mut o = Outstanding::default();
+        let t = Instant::now();
+        let later = t + std::time::Duration::from_millis(5);
+        o.insert(t, lock(1, 0, false));
+        o.insert(later, lock(1, 0, false));
+        o.insert(later, lock(2, 0, false));
+        assert_eq!(o.answered(&lock(1, 0, false)), Some(t));
+        assert_eq!(o.answered(&lock(1, 0, false)), Some(later));
+        assert_eq!(o.answered(&lock(1, 0, false)), None);
+        // another range of the same owner is another request
+        assert_eq!(o.answered(&lock(2, 10, false)), None);
+        assert_eq!(o.take_all(), vec![lock(2, 0, false)]);
+        assert!(o.take_all().is_empty());
+    }
+
+    #[test]
+    fn a_get_is_matched_whatever_its_reply_carries() {
+        let mut o = Outstanding::default();
+        let get = PlockInfo {
+            op: PlockOp::GET,
+            ..lock(1, 0, false)
+        };
+        o.insert(Instant::now(), get);
+        // the reply names the conflicting lock: another range and pid
+        let reply = PlockInfo {
+            start: 100,
+            end: 200,
+            pid: 99,
+            ..get
+        };
+        assert!(o.answered(&reply).is_some());
+        assert!(o.take_all().is_empty());
+    }
+
+    #[test]
+    fn a_cancel_takes_its_waiter_and_a_close_its_owners_requests() {
+        let mut o = Outstanding::default();
+        let t = Instant::now();
+        o.insert(t, lock(1, 0, true));
+        o.insert(t, lock(1, 20, false));
+        o.insert(t, lock(3, 0, false));
+        let cancel = PlockInfo {
+            op: PlockOp::CANCEL,
+            wait: false,
+            ..lock(1, 0, true)
+        };
+        o.cancelled(&cancel);
+        assert_eq!(o.answered(&lock(1, 0, true)), None);
+        o.closed(7, 1);
+        assert_eq!(o.take_all(), vec![lock(3, 0, false)]);
+    }
+}
