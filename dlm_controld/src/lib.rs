@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod daemon_core;
 pub mod daemon_proto;
 pub mod fencing;
 pub mod kernel;

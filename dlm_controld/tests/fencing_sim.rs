@@ -4,36 +4,77 @@
 //! startup fencing, and the fence-in-progress-unknown handshake of a new node.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use dlm_controld::config::{ConfFile, parse_conf};
-use dlm_controld::daemon_proto::{self, DaemonProtocol, QuorumView};
-use dlm_controld::fencing::{FenceEnv, FenceOpts, Fencing, Out, RESULT_ACKED, agent_args};
+use dlm_controld::daemon_core::{Action, DaemonCore, Now, Start};
+use dlm_controld::daemon_proto::QuorumView;
+use dlm_controld::fencing::{FenceOpts, Fencing, RESULT_ACKED, agent_args};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
-use dlm_proto::wire::{Body, DAEMON_GROUP_NAME, FenceFlags, FenceResult, Message, MsgType};
+use dlm_proto::wire::{DAEMON_GROUP_NAME, FenceFlags, FenceResult, MsgType};
 
 const WALL: u64 = 1_795_993_000;
 
-/// The world at tick `now` (wall clock `WALL + now`).
-fn fence_env(now: u64, quorate: bool, ring: u64) -> FenceEnv {
-    FenceEnv {
-        now,
+/// The time at tick `now` (wall clock `WALL + now`).
+fn at(now: u64) -> Now {
+    Now {
+        mono: now,
         wall: WALL + now,
-        quorate,
-        cluster_ring_seq: ring,
+    }
+}
+
+/// A node's log lines, as `tracing` events of its core.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let mut m = Message(String::new());
+        event.record(&mut m);
+        self.0.lock().expect("log").push(m.0);
     }
 }
 
 struct Node {
     group: SimGroup,
-    proto: DaemonProtocol,
-    fence: Fencing,
-    ring: u64,
+    core: DaemonCore,
     /// Agents started here: (node, agent, stdin, pid), and which are still running.
     agents: Vec<(u32, String, String, u32)>,
     running: BTreeMap<u32, u32>,
     cancelled: Vec<u32>,
     kicked: Vec<u32>,
     log: Vec<String>,
+    captured: Captured,
+    negotiated: bool,
+}
+
+impl Node {
+    fn fence(&self) -> &Fencing {
+        self.core.fencing()
+    }
+
+    /// The quorum service's word: the world's quorum now, the ring the group's.
+    fn quorum(&mut self, now: Now, quorate: bool) {
+        let (_, ring) = self.core.quorum();
+        self.with(|c| c.handle_quorum(now, quorate, ring, &[1, 2, 3]));
+    }
+
+    /// `f` on this node's core, its log lines kept.
+    fn with<T>(&mut self, f: impl FnOnce(&mut DaemonCore) -> T) -> T {
+        use tracing_subscriber::layer::SubscriberExt;
+        let sub = tracing_subscriber::registry().with(self.captured.clone());
+        let r = tracing::subscriber::with_default(sub, || f(&mut self.core));
+        self.log.append(&mut self.captured.0.lock().expect("log"));
+        r
+    }
 }
 
 struct Cluster {
@@ -59,11 +100,8 @@ impl Cluster {
         }
     }
 
-    fn env(&self, n: &Node) -> FenceEnv {
-        fence_env(self.now, self.quorate, n.ring)
-    }
-
-    /// Node `id` starts: a daemon with the configured nodelist 1..=3 joins the group.
+    /// Node `id` starts: a daemon with the configured nodelist 1..=3 joins the group
+    /// (no quorum service: its ring follows the group's, as the embedded daemon's).
     fn start(&mut self, id: u32) {
         let group = self.bus.join(id, DAEMON_GROUP_NAME).expect("join");
         let fence = Fencing::new(
@@ -73,31 +111,48 @@ impl Cluster {
             &[1, 2, 3],
             (self.now, WALL + self.now),
         );
+        let start = Start {
+            our: id,
+            quorum: QuorumView {
+                quorate: self.quorate,
+                quorate_since: 1,
+                two_node: false,
+            },
+            ring_seq: 0,
+            cluster_nodes: vec![1, 2, 3],
+            at: at(self.now),
+            embedded: true,
+            helper: false,
+            quorum_lockspace: false,
+        };
         self.nodes.insert(
             id,
             Node {
                 group,
-                proto: DaemonProtocol::new(id),
-                fence,
-                ring: 0,
+                core: DaemonCore::new(start, fence, self.opts),
                 agents: Vec::new(),
                 running: BTreeMap::new(),
                 cancelled: Vec::new(),
                 kicked: Vec::new(),
                 log: Vec::new(),
+                captured: Captured::default(),
+                negotiated: false,
             },
         );
         self.settle();
     }
 
-    fn perform(&mut self, id: u32, out: Vec<Out>) {
-        let mut follow = Vec::new();
-        for o in out {
+    /// Performs node `id`'s actions as the daemon's shell does.
+    fn perform(&mut self, id: u32, actions: Vec<Action>) {
+        let mut queue = std::collections::VecDeque::from(actions);
+        while let Some(a) = queue.pop_front() {
             let Some(n) = self.nodes.get_mut(&id) else {
                 return;
             };
-            match o {
-                Out::RunAgent {
+            match a {
+                Action::Send(bytes) => n.group.mcast(&bytes).expect("mcast"),
+                Action::Kick(k) => n.kicked.push(k),
+                Action::RunAgent {
                     nodeid,
                     agent,
                     stdin,
@@ -107,65 +162,24 @@ impl Cluster {
                     let pid = self.next_pid;
                     n.agents.push((nodeid, agent, stdin, pid));
                     n.running.insert(nodeid, pid);
-                    follow.push((nodeid, pid));
+                    queue.extend(n.with(|c| c.handle_agent_started(nodeid, pid)));
                 }
-                Out::CancelAgent { nodeid, .. } => {
+                Action::CancelAgent { nodeid, .. } => {
                     n.running.remove(&nodeid);
                     n.cancelled.push(nodeid);
                 }
-                Out::SendResult {
-                    nodeid,
-                    result,
-                    walltime,
-                } => {
-                    let bytes = FenceResult {
-                        flags: FenceFlags(0),
-                        nodeid,
-                        result,
-                        fence_walltime: walltime,
-                    }
-                    .encode(MsgType::FENCE_RESULT, id);
-                    n.group.mcast(&bytes).expect("mcast");
-                }
-                Out::SendClear {
-                    nodeid,
-                    result,
-                    flags,
-                } => {
-                    let bytes = FenceResult {
-                        flags: FenceFlags(flags),
-                        nodeid,
-                        result,
-                        fence_walltime: 0,
-                    }
-                    .encode(MsgType::FENCE_CLEAR, id);
-                    n.group.mcast(&bytes).expect("mcast");
-                }
-                Out::Kick(k) => n.kicked.push(k),
-                Out::KickMerged(k) => {
-                    n.kicked.push(k);
-                    n.proto.mark_killed(k);
-                }
-                Out::Log(_, line) => n.log.push(line),
+                Action::Exec { .. } => panic!("no runs here"),
+                Action::Dropped => panic!("node {id} dropped a message"),
+                Action::FenceReceived(_) => {}
             }
-        }
-        for (nodeid, pid) in follow {
-            let n = self.nodes.get_mut(&id).expect("node");
-            let more = n.fence.agent_started(nodeid, pid);
-            self.perform(id, more);
         }
     }
 
     fn handle(&mut self, id: u32, e: Event) {
-        let q = QuorumView {
-            quorate: self.quorate,
-            quorate_since: 1,
-            two_node: false,
-        };
+        let (now, quorate) = (at(self.now), self.quorate);
         let n = self.nodes.get_mut(&id).expect("node");
-        let mut env = fence_env(self.now, self.quorate, n.ring);
-        let out;
-        match e {
+        n.quorum(now, quorate);
+        let mut out = match e {
             Event::ConfChg {
                 members,
                 left,
@@ -175,68 +189,17 @@ impl Cluster {
                 let left: Vec<(u32, u32)> =
                     left.iter().map(|m| (m.nodeid, m.reason.to_raw())).collect();
                 let joined: Vec<u32> = joined.iter().map(|m| m.nodeid).collect();
-                let po = n.proto.handle_confchg(self.now, &members, &left, &joined);
-                let mut failed = Vec::new();
-                for o in po {
-                    match o {
-                        daemon_proto::Out::SendProtocol(p) => {
-                            n.group.mcast(&p.encode(id)).expect("mcast");
-                        }
-                        daemon_proto::Out::Kick(k) => n.kicked.push(k),
-                        daemon_proto::Out::Failed { nodeid, reason } => {
-                            failed.push((nodeid, reason));
-                        }
-                    }
-                }
-                out = n
-                    .fence
-                    .handle_confchg(env, &n.proto, &members, &left, &joined, &failed);
+                n.with(|c| c.handle_confchg(now, &members, &left, &joined))
             }
-            Event::Totem { ring, .. } => {
-                // the quorum service's ring follows the totem ring here
-                n.ring = ring.seq;
-                env.cluster_ring_seq = ring.seq;
-                out = n.fence.handle_totem(env, &n.proto, ring.seq);
-            }
+            Event::Totem { ring, .. } => n.with(|c| c.handle_totem(now, ring.seq)),
             Event::Deliver {
                 nodeid, payload, ..
-            } => {
-                let m = Message::decode(&payload).expect("message bytes decode");
-                match m.body {
-                    Body::Protocol(p) => {
-                        let needs = n.fence.needs_fencing(nodeid);
-                        for o in n.proto.handle_protocol(nodeid, &p, q, needs) {
-                            match o {
-                                daemon_proto::Out::SendProtocol(p) => {
-                                    n.group.mcast(&p.encode(id)).expect("mcast");
-                                }
-                                daemon_proto::Out::Kick(k) => n.kicked.push(k),
-                                daemon_proto::Out::Failed { .. } => {}
-                            }
-                        }
-                        if matches!(n.proto.negotiated(), Some(Ok(_))) {
-                            n.fence.allow();
-                        }
-                        out = n.fence.work(env, &n.proto);
-                    }
-                    Body::FenceResult(f) => {
-                        out = n.fence.receive_result(
-                            env,
-                            &n.proto,
-                            nodeid,
-                            f.nodeid,
-                            f.result,
-                            f.fence_walltime,
-                        );
-                    }
-                    Body::FenceClear(f) => {
-                        out = n
-                            .fence
-                            .receive_clear(env, &n.proto, nodeid, f.nodeid, f.result, f.flags.0);
-                    }
-                    other => panic!("unexpected {other:?}"),
-                }
-            }
+            } => n.with(|c| c.handle_delivery(now, nodeid, &payload)),
+        };
+        // as the daemon's startup does once our protocol is negotiated
+        if !n.negotiated && matches!(n.core.proto().negotiated(), Some(Ok(_))) {
+            n.negotiated = true;
+            out.extend(n.with(|c| c.handle_negotiated(now)));
         }
         self.perform(id, out);
     }
@@ -258,19 +221,16 @@ impl Cluster {
         }
     }
 
-    /// `secs` pass; every node runs its once-a-second fence work.
+    /// `secs` pass; every node runs its once-a-second timeout.
     fn tick(&mut self, secs: u64) {
         for _ in 0..secs {
             self.now += 1;
+            let now = at(self.now);
             let ids: Vec<u32> = self.nodes.keys().copied().collect();
             for id in ids {
-                let n = &self.nodes[&id];
-                if !n.fence.retry() {
-                    continue;
-                }
-                let env = self.env(n);
                 let n = self.nodes.get_mut(&id).expect("node");
-                let out = n.fence.work(env, &n.proto);
+                n.quorum(now, self.quorate);
+                let out = n.with(|c| c.handle_timeout(now));
                 self.perform(id, out);
             }
             self.settle();
@@ -279,10 +239,10 @@ impl Cluster {
 
     /// The agent `node` runs for `subject` exits with `status`.
     fn agent_exits(&mut self, node: u32, subject: u32, status: i32) {
+        let now = at(self.now);
         let n = self.nodes.get_mut(&node).expect("node");
         let pid = n.running.remove(&subject).expect("an agent runs");
-        let env = fence_env(self.now, self.quorate, n.ring);
-        let out = n.fence.agent_exited(env, &n.proto, subject, pid, status);
+        let out = n.with(|c| c.handle_agent_exit(now, subject, pid, status));
         self.perform(node, out);
         self.settle();
     }
@@ -319,9 +279,12 @@ fn all_start_together_startup_fencing_settles_without_fencing() {
         let c = three(seed, "");
         for id in 1..=3 {
             let n = c.node(id);
-            assert!(n.fence.startup_nodes().is_empty(), "seed {seed} node {id}");
-            assert!(!n.fence.fipu(), "seed {seed} node {id}: {:?}", n.log);
-            assert_eq!(n.fence.in_progress(), 0);
+            assert!(
+                n.fence().startup_nodes().is_empty(),
+                "seed {seed} node {id}"
+            );
+            assert!(!n.fence().fipu(), "seed {seed} node {id}: {:?}", n.log);
+            assert_eq!(n.fence().in_progress(), 0);
             assert!(n.agents.is_empty());
         }
     }
@@ -335,8 +298,8 @@ fn failed_node_is_fenced_by_the_lowest_survivor_after_post_join_delay() {
         c.crash(3);
         let failed_at = c.now;
         for id in [1, 2] {
-            assert!(c.node(id).fence.needs_fencing(3), "seed {seed}");
-            assert_eq!(c.node(id).fence.in_progress(), 3);
+            assert!(c.node(id).fence().needs_fencing(3), "seed {seed}");
+            assert_eq!(c.node(id).fence().in_progress(), 3);
         }
         // the cluster formed at 100; by 120 post_join_delay (10 s) has passed: at once
         assert_eq!(
@@ -358,14 +321,14 @@ fn failed_node_is_fenced_by_the_lowest_survivor_after_post_join_delay() {
         );
         // no result yet: the lockspaces still wait
         c.tick(3);
-        assert!(c.node(2).fence.needs_fencing(3));
+        assert!(c.node(2).fence().needs_fencing(3));
         c.agent_exits(1, 3, 0);
         for id in [1, 2] {
             let n = c.node(id);
-            assert!(!n.fence.needs_fencing(3), "seed {seed} node {id}");
-            assert_eq!(n.fence.fence_time(3), Some(c.now));
-            assert_eq!(n.fence.in_progress(), 0);
-            let f = n.fence.nodes().find(|(i, _)| *i == 3).expect("node 3").1;
+            assert!(!n.fence().needs_fencing(3), "seed {seed} node {id}");
+            assert_eq!(n.fence().fence_time(3), Some(c.now));
+            assert_eq!(n.fence().in_progress(), 0);
+            let f = n.fence().nodes().find(|(i, _)| *i == 3).expect("node 3").1;
             assert_eq!(f.actor_done, 1);
             assert_eq!(f.fence_walltime, WALL + c.now);
         }
@@ -381,7 +344,7 @@ fn a_node_that_joined_recently_delays_fencing() {
     assert!(c.node(1).agents.is_empty());
     assert!(
         c.node(1)
-            .fence
+            .fence()
             .nodes()
             .any(|(i, n)| i == 3 && n.delay_fencing),
         "{:?}",
@@ -404,7 +367,7 @@ fn a_failed_agent_passes_to_the_next_actor_then_repeats() {
     assert_eq!(c.node(1).agents.len(), 1);
     c.agent_exits(1, 3, 1);
     // node 1 failed: node 2 is the next actor, from the next second on (C's pace)
-    assert!(c.node(2).fence.needs_fencing(3));
+    assert!(c.node(2).fence().needs_fencing(3));
     assert!(c.node(2).agents.is_empty(), "{:?}", c.node(2).log);
     c.tick(1);
     assert_eq!(c.node(2).agents.len(), 1, "{:?}", c.node(2).log);
@@ -414,10 +377,16 @@ fn a_failed_agent_passes_to_the_next_actor_then_repeats() {
     assert_eq!(c.node(1).agents.len(), 1, "not within the same second");
     c.tick(1);
     assert_eq!(c.node(1).agents.len(), 2, "{:?}", c.node(1).log);
-    assert!(c.node(1).fence.needs_fencing(3));
+    assert!(c.node(1).fence().needs_fencing(3));
     c.agent_exits(1, 3, 0);
-    assert!(!c.node(2).fence.needs_fencing(3));
-    let f = c.node(2).fence.nodes().find(|(i, _)| *i == 3).expect("3").1;
+    assert!(!c.node(2).fence().needs_fencing(3));
+    let f = c
+        .node(2)
+        .fence()
+        .nodes()
+        .find(|(i, _)| *i == 3)
+        .expect("3")
+        .1;
     assert_eq!(f.actor_done, 1);
 }
 
@@ -443,7 +412,7 @@ fn a_failing_agent_is_retried_at_cs_pace() {
     }
     let runs = c.node(1).agents.len() + c.node(2).agents.len();
     assert!((12..=15).contains(&runs), "{runs} agent runs in 13 s");
-    assert!(c.node(1).fence.needs_fencing(3), "still unfenced");
+    assert!(c.node(1).fence().needs_fencing(3), "still unfenced");
 }
 
 #[test]
@@ -453,27 +422,35 @@ fn fence_ack_cancels_the_running_agent_everywhere() {
     c.crash(3);
     assert_eq!(c.node(1).running.len(), 1);
     // the operator on node 2: dlm_tool fence_ack 3
-    let env = c.env(c.node(2));
-    let ack = c.node(2).fence.fence_ack(env, 3);
-    assert_eq!(
-        ack,
-        Out::SendResult {
-            nodeid: 3,
-            result: RESULT_ACKED,
-            walltime: WALL + c.now
-        }
-    );
-    c.perform(2, vec![ack]);
+    let now = at(c.now);
+    let ack = c
+        .nodes
+        .get_mut(&2)
+        .expect("2")
+        .with(|n| n.handle_fence_ack(now, 3));
+    let expect = FenceResult {
+        flags: FenceFlags(0),
+        nodeid: 3,
+        result: RESULT_ACKED,
+        fence_walltime: WALL + c.now,
+    }
+    .encode(MsgType::FENCE_RESULT, 2);
+    assert_eq!(ack, vec![Action::Send(expect)]);
+    c.perform(2, ack);
     c.settle();
     assert_eq!(c.node(1).cancelled, vec![3]);
     assert!(c.node(1).running.is_empty());
     for id in [1, 2] {
-        assert!(!c.node(id).fence.needs_fencing(3));
-        assert_eq!(c.node(id).fence.in_progress(), 0);
+        assert!(!c.node(id).fence().needs_fencing(3));
+        assert_eq!(c.node(id).fence().in_progress(), 0);
     }
     // a needless ack is refused by everyone, as C: "no need_fencing"
-    let ack = c.node(2).fence.fence_ack(env, 1);
-    c.perform(2, vec![ack]);
+    let ack = c
+        .nodes
+        .get_mut(&2)
+        .expect("2")
+        .with(|n| n.handle_fence_ack(now, 1));
+    c.perform(2, ack);
     c.settle();
     assert!(
         c.node(1)
@@ -522,7 +499,7 @@ fn configured_devices_parallel_then_next_priority() {
     );
     // foo:1 succeeded: its parallel sibling foo:2 must run too
     c.agent_exits(1, 3, 0);
-    assert!(c.node(2).fence.needs_fencing(3));
+    assert!(c.node(2).fence().needs_fencing(3));
     assert_eq!(c.node(1).agents.len(), 2, "{:?}", c.node(1).log);
     assert_eq!(
         c.node(1).agents[1].2,
@@ -534,7 +511,7 @@ fn configured_devices_parallel_then_next_priority() {
     assert_eq!(c.node(1).agents[2].1, "/sbin/fence_b");
     assert_eq!(c.node(1).agents[2].2, format!("node=3\nfail_time={t}\n"));
     c.agent_exits(1, 3, 0);
-    assert!(!c.node(2).fence.needs_fencing(3));
+    assert!(!c.node(2).fence().needs_fencing(3));
 }
 
 #[test]
@@ -561,8 +538,8 @@ fn a_node_that_never_joins_is_startup_fenced() {
     c.start(1);
     c.start(2);
     // node 3 is configured but never starts: after post_join_delay, node 1 fences it
-    assert_eq!(c.node(1).fence.startup_nodes(), &[3]);
-    assert_eq!(c.node(1).fence.in_progress(), 1);
+    assert_eq!(c.node(1).fence().startup_nodes(), &[3]);
+    assert_eq!(c.node(1).fence().in_progress(), 1);
     c.tick(11);
     assert_eq!(c.node(1).agents.len(), 1, "{:?}", c.node(1).log);
     let (subject, _, stdin, _) = &c.node(1).agents[0];
@@ -571,14 +548,14 @@ fn a_node_that_never_joins_is_startup_fenced() {
     assert_eq!(stdin, &format!("node=3\nfail_time={}\n", WALL + 100 - 1));
     assert!(
         c.node(2)
-            .fence
+            .fence()
             .nodes()
             .any(|(i, n)| i == 3 && n.left_reason == -1)
     );
     c.agent_exits(1, 3, 0);
     for id in [1, 2] {
-        assert!(!c.node(id).fence.fipu(), "{:?}", c.node(id).log);
-        assert_eq!(c.node(id).fence.in_progress(), 0);
+        assert!(!c.node(id).fence().fipu(), "{:?}", c.node(id).log);
+        assert_eq!(c.node(id).fence().in_progress(), 0);
     }
 }
 
@@ -596,12 +573,12 @@ fn a_new_node_waits_for_fence_clear_from_the_old_members() {
     // node 3 rejoined cleanly: everyone cancels the agent and considers it fenced
     assert_eq!(c.node(1).cancelled, vec![3], "{:?}", c.node(1).log);
     for id in 1..=3 {
-        assert!(!c.node(id).fence.needs_fencing(3), "node {id}");
+        assert!(!c.node(id).fence().needs_fencing(3), "node {id}");
     }
     // node 3 got CLEAR_STARTUP from node 1 when it joined, while its own fencing was
     // pending, and CLEAR_FIPU once that was settled: it may start lockspaces
-    assert!(c.node(3).fence.startup_nodes().is_empty());
-    assert!(!c.node(3).fence.fipu(), "{:?}", c.node(3).log);
+    assert!(c.node(3).fence().startup_nodes().is_empty());
+    assert!(!c.node(3).fence().fipu(), "{:?}", c.node(3).log);
     let clears: Vec<&String> = c
         .node(3)
         .log
@@ -633,7 +610,7 @@ fn without_startup_fencing_everyone_clears_fipu_together() {
         c.tick(1);
         for id in 1..=3 {
             assert!(
-                !c.node(id).fence.fipu(),
+                !c.node(id).fence().fipu(),
                 "seed {seed} node {id}: {:?}",
                 c.node(id).log
             );

@@ -267,14 +267,12 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         ring_seq: 0,
     });
     let mut comms = Comms::default();
-    let mut quorum = daemon_group::Quorum {
-        view: QuorumView {
-            quorate: true,
-            quorate_since: monotonic_secs(),
-            two_node: services.as_ref().is_some_and(|s| s.two_node),
-        },
-        ring_seq: 0,
+    let mut quorum = QuorumView {
+        quorate: true,
+        quorate_since: monotonic_secs(),
+        two_node: services.as_ref().is_some_and(|s| s.two_node),
     };
+    let mut ring_seq = 0;
     // cluster_joined_monotime / walltime: the first quorum notification
     let joined = (monotonic_secs(), wall_secs());
     let mut cluster_nodes = vec![our];
@@ -287,8 +285,8 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
             change.nodes.len()
         );
         comms.update(&seam, &args.config, s, our, &change.nodes);
-        quorum.view.quorate = change.quorate;
-        quorum.ring_seq = change.ring_seq;
+        quorum.quorate = change.quorate;
+        ring_seq = change.ring_seq;
         cluster_nodes.clone_from(&change.nodes);
         let _ = qtx.send(QuorumState {
             quorate: change.quorate,
@@ -303,41 +301,49 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     // 4. the daemon group, its protocol and fencing
     let o = &args.config.options;
     use crate::config::Opt;
-    let opts = FenceOpts::from_options(o, quorum.view.two_node);
+    let opts = FenceOpts::from_options(o, quorum.two_node);
     let nodelist = services
         .as_ref()
         .map_or_else(|| vec![our], |s| s.nodelist.clone());
     let fencing = Fencing::new(our, opts, args.config.file.clone(), &nodelist, joined);
+    let start = crate::daemon_core::Start {
+        our,
+        quorum,
+        ring_seq,
+        cluster_nodes,
+        at: crate::daemon_core::Now {
+            mono: joined.0,
+            wall: joined.1,
+        },
+        embedded,
+        helper: o.on(Opt::EnableHelper),
+        quorum_lockspace: o.on(Opt::EnableQuorumLockspace),
+    };
+    let core = crate::daemon_core::DaemonCore::new(start, fencing, opts);
     let status: query::SharedStatus =
         Arc::new(std::sync::Mutex::new(crate::status::DaemonStatus {
             our,
-            quorate: quorum.view.quorate,
-            cluster_ringid: quorum.ring_seq,
+            quorate: quorum.quorate,
+            cluster_ringid: ring_seq,
             ..Default::default()
         }));
-    let (facts_tx, facts_rx) = watch::channel(FenceFacts {
-        enabled: opts.enabled,
-        quorum_lockspace: o.on(Opt::EnableQuorumLockspace),
-        cluster_add: cluster_nodes.iter().map(|&n| (n, joined.0)).collect(),
-        ..FenceFacts::default()
-    });
+    let (facts_tx, facts_rx) = watch::channel(core.facts());
     let (exit_tx, exit_rx) = mpsc::unbounded_channel();
+    let (run_tx, run_rx) = mpsc::unbounded_channel();
     let group = LsGroup::join(embedded, our, DAEMON_GROUP_NAME)
         .await
         .map_err(DaemonError::Cluster)?;
-    let mut dg = DaemonGroup::new(group, our, fencing, status.clone(), facts_tx, exit_tx);
-    dg.quorum = quorum;
-    dg.embedded = embedded;
-    let (run_tx, run_rx) = mpsc::unbounded_channel();
-    if args.config.options.on(Opt::EnableHelper) {
-        dg.enable_runs(run_tx);
-    }
+    let exits = daemon_group::Exits {
+        agents: exit_tx,
+        runs: run_tx,
+    };
+    let mut dg = DaemonGroup::new(group, core, status.clone(), facts_tx, exits);
     let negotiated = async {
         loop {
             while let Some(ev) = dg.group.poll_event() {
                 dg.event(ev, services.as_ref());
             }
-            if let Some(r) = dg.proto.negotiated() {
+            if let Some(r) = dg.negotiated() {
                 return r.map_err(DaemonError::Protocol);
             }
             let ev = dg.group.next_event().await.map_err(DaemonError::Cluster)?;
@@ -348,8 +354,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         .await
         .map_err(|_| DaemonError::Unsupported("daemon protocol negotiation within 60 s"))??;
     // fencing work may begin once our protocol is set (daemon_fence_allow)
-    dg.fencing.allow();
-    dg.tick_now(services.as_ref());
+    dg.start_fencing(services.as_ref());
     // 5. the plock device, uevents, then the loop
     let device = if args.config.options.on(Opt::EnablePlock) {
         Some(Arc::new(seam.open_misc("dlm_plock")?))
@@ -542,7 +547,7 @@ async fn main_loop(
         quorum: qrx,
         fencing: facts,
         done: done_tx,
-        stateful: dg.stateful.clone(),
+        stateful: dg.stateful(),
         registry: registry.clone(),
         native: args.config.file.plock_native.unwrap_or(true),
     };
@@ -614,24 +619,10 @@ async fn main_loop(
                 if let Some(s) = services.as_mut() {
                     s.quorum.dispatch().map_err(DaemonError::Cluster)?;
                     while let Some(c) = s.quorum.poll_change() {
-                        let now = monotonic_secs();
-                        if c.quorate && !dg.quorum.view.quorate {
-                            dg.quorum.view.quorate_since = now;
-                        }
-                        dg.quorum.view.quorate = c.quorate;
-                        dg.quorum.ring_seq = c.ring_seq;
                         tracing::debug!("cluster quorum {} seq {} nodes {}", u8::from(c.quorate), c.ring_seq, c.nodes.len());
-                        let added: Vec<u32> = c.nodes.iter().copied().filter(|n| !comms.nodes.contains(n)).collect();
-                        for n in &added {
-                            tracing::debug!("cluster node {n} added seq {}", c.ring_seq);
-                        }
-                        dg.cluster_nodes_added(&added, now);
+                        dg.quorum_change(c.quorate, c.ring_seq, &c.nodes);
                         comms.update(seam, &config, s, our, &c.nodes);
                         let _ = qtx.send(QuorumState { quorate: c.quorate, ring_seq: c.ring_seq });
-                        if let Ok(mut st) = status.lock() {
-                            st.quorate = c.quorate;
-                            st.cluster_ringid = c.ring_seq;
-                        }
                     }
                     s.cfg.dispatch().map_err(DaemonError::Cluster)?;
                     if s.cfg.poll_shutdown().is_some() {
