@@ -617,3 +617,93 @@ fn without_startup_fencing_everyone_clears_fipu_together() {
         }
     }
 }
+
+/// Every surviving node agrees that `victim` is fenced, and nothing waits for fencing.
+fn all_fenced(c: &Cluster, victim: u32, seed: u64) {
+    for (id, n) in &c.nodes {
+        assert!(
+            !n.fence().needs_fencing(victim),
+            "seed {seed}: node {id} still needs {victim} fenced: {:?}",
+            n.log
+        );
+        assert!(n.core.facts().fenced.get(&victim).is_some_and(|&t| t > 0));
+    }
+}
+
+#[test]
+fn the_fencer_crashing_mid_agent_hands_the_work_to_the_next_survivor() {
+    for seed in 1..=200 {
+        let mut c = three(seed, "");
+        c.start(4);
+        c.tick(20);
+        c.crash(4);
+        // node 1, the lowest, runs the agent for 4 and dies with it running
+        assert_eq!(c.node(1).running.len(), 1, "seed {seed}");
+        c.crash(1);
+        c.tick(1);
+        // node 2 fences both: 1 (just failed) and 4 (never fenced), one agent at a time
+        let mut fenced = Vec::new();
+        for _ in 0..4 {
+            let Some((&subject, _)) = c.node(2).running.iter().next() else {
+                break;
+            };
+            assert!(c.node(3).running.is_empty(), "seed {seed}: node 3 defers");
+            c.agent_exits(2, subject, 0);
+            fenced.push(subject);
+            c.tick(1);
+        }
+        fenced.sort_unstable();
+        assert_eq!(fenced, vec![1, 4], "seed {seed}: {:?}", c.node(2).log);
+        all_fenced(&c, 1, seed);
+        all_fenced(&c, 4, seed);
+    }
+}
+
+#[test]
+fn a_fence_result_racing_a_confchg_is_applied_by_every_survivor() {
+    for seed in 1..=200 {
+        let mut c = three(seed, "");
+        c.start(4);
+        c.tick(20);
+        c.crash(4);
+        assert_eq!(c.node(1).running.len(), 1, "seed {seed}");
+        // the agent succeeds; its FENCE_RESULT is multicast, and before anyone has it
+        // node 3 fails: the bus orders the result and the confchg as it will
+        let now = at(c.now);
+        let n1 = c.nodes.get_mut(&1).expect("1");
+        let pid = n1.running.remove(&4).expect("agent");
+        let out = n1.with(|n| n.handle_agent_exit(now, 4, pid, 0));
+        c.perform(1, out);
+        c.crash(3);
+        c.tick(1);
+        all_fenced(&c, 4, seed);
+        // 3 is fenced next, by node 1, whatever came first
+        assert!(c.node(1).running.contains_key(&3), "seed {seed}: {:?}", c.node(1).log);
+        c.agent_exits(1, 3, 0);
+        c.tick(1);
+        all_fenced(&c, 3, seed);
+    }
+}
+
+#[test]
+fn a_late_joiner_negotiates_and_is_not_fenced() {
+    for seed in 1..=200 {
+        // within post_join_delay no agent runs at all; after it node 3 is startup fenced,
+        // and its clean join (a stateless member) ends the wait without a result
+        for late in [5, 30] {
+            let mut c = Cluster::new(seed, opts(), "");
+            c.start(1);
+            c.start(2);
+            c.tick(late);
+            c.start(3);
+            c.tick(12);
+            for (id, n) in &c.nodes {
+                let what = format!("seed {seed} late {late} node {id}: {:?}", n.log);
+                assert!(matches!(n.core.proto().negotiated(), Some(Ok(_))), "{what}");
+                assert_eq!(n.agents.is_empty(), late < 10 || *id != 1, "{what}");
+                assert!(!n.fence().needs_fencing(3), "{what}");
+                assert_eq!(n.fence().in_progress(), 0, "{what}");
+            }
+        }
+    }
+}
