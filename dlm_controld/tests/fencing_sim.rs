@@ -678,7 +678,11 @@ fn a_fence_result_racing_a_confchg_is_applied_by_every_survivor() {
         c.tick(1);
         all_fenced(&c, 4, seed);
         // 3 is fenced next, by node 1, whatever came first
-        assert!(c.node(1).running.contains_key(&3), "seed {seed}: {:?}", c.node(1).log);
+        assert!(
+            c.node(1).running.contains_key(&3),
+            "seed {seed}: {:?}",
+            c.node(1).log
+        );
         c.agent_exits(1, 3, 0);
         c.tick(1);
         all_fenced(&c, 3, seed);

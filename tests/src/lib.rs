@@ -103,6 +103,9 @@ pub fn start_daemon_on_corosync(
         if wait_up(&mut d, k) {
             return Some(d);
         }
+        // a corosync started a moment ago may not take connections yet: paced as a
+        // service manager's restarts are, 30 attempts span seconds, not one
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
     None
 }

@@ -1,0 +1,528 @@
+//! The main task, in mini-redis's manner: the daemon's state in one struct and one small
+//! method per source its loop waits on (uevents, the daemon group, agent and command
+//! exits, the main socket's commands, lockspace tasks ending, the once-a-second tick,
+//! the watchdog, signals). Startup (`super::daemon`) hands it over in [`Started`].
+
+use std::fs;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlm_proto::kernel::{Uevent, UeventAction};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, watch};
+
+use super::agent::{AgentExit, RunExit};
+use super::cluster::{CorosyncServices, QuorumState};
+use super::daemon_group::{self, DaemonGroup, FenceFacts};
+use super::{
+    Comms, DaemonArgs, DaemonError, EEXIST, ENOENT, LsCommand, LsContext, admission, control,
+    lockspace, metrics_http, notify_ready, plock_device, query, sd_notify, sinks,
+    watchdog_interval,
+};
+use crate::config::Config;
+use crate::kernel::{KernelRoot, MiscDevice};
+
+/// What startup hands the main task.
+pub(super) struct Started<'a> {
+    pub(super) args: &'a DaemonArgs,
+    pub(super) seam: &'a KernelRoot,
+    pub(super) device: Option<Arc<MiscDevice>>,
+    pub(super) uevents: crate::kernel::UeventSource,
+    pub(super) our: u32,
+    pub(super) embedded: bool,
+    pub(super) dg: DaemonGroup,
+    pub(super) services: Option<CorosyncServices>,
+    pub(super) quorum: (watch::Sender<QuorumState>, watch::Receiver<QuorumState>),
+    pub(super) facts: watch::Receiver<FenceFacts>,
+    pub(super) exits: mpsc::UnboundedReceiver<AgentExit>,
+    pub(super) run_exits: mpsc::UnboundedReceiver<RunExit>,
+    pub(super) comms: Comms,
+    pub(super) status: query::SharedStatus,
+}
+
+/// The main task's state: what its handlers read and change.
+struct Daemon<'a> {
+    args: &'a DaemonArgs,
+    seam: &'a KernelRoot,
+    our: u32,
+    dg: DaemonGroup,
+    services: Option<CorosyncServices>,
+    qtx: watch::Sender<QuorumState>,
+    comms: Comms,
+    config: Config,
+    config_dump: query::ConfigDump,
+    registry: query::Registry,
+    fsids: plock_device::Fsids,
+    limit: Arc<std::sync::atomic::AtomicI64>,
+    ctx: LsContext,
+    uevent_log: admission::LogEvery,
+    quit: bool,
+}
+
+/// What the loop waits on besides the daemon group.
+struct Sources {
+    uevents: AsyncFd<UeventFd>,
+    exits: mpsc::UnboundedReceiver<AgentExit>,
+    run_exits: mpsc::UnboundedReceiver<RunExit>,
+    kicks: mpsc::UnboundedReceiver<u32>,
+    control: mpsc::UnboundedReceiver<control::ControlCmd>,
+    done: mpsc::UnboundedReceiver<String>,
+    reader_failed: mpsc::UnboundedReceiver<DaemonError>,
+    tick: tokio::time::Interval,
+    watchdog: Option<tokio::time::Interval>,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+struct UeventFd(crate::kernel::UeventSource);
+
+impl AsRawFd for UeventFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// The main task: the listeners, the plock device's reader, then the loop until a signal
+/// and the last lockspace's end.
+pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
+    // SAFETY: UeventFd owns the descriptor; it stays open and the same for as long as the
+    // AsyncFd that owns the UeventFd.
+    let uevents = unsafe {
+        AsyncFd::register_with_interest(UeventFd(st.uevents), tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| DaemonError::Io("uevent registration", e.into()))?;
+    let registry: query::Registry = Arc::default();
+    let _ = query::PUBLISHED.set(query::Published::default());
+    let config = st.args.config.clone();
+    let config_dump: query::ConfigDump =
+        Arc::new(std::sync::Mutex::new(Arc::new(config.options.dump())));
+    let control = listen(st.args, &registry, &config_dump, &st.status).await?;
+    notify_ready();
+    let fsids = plock_device::Fsids::default();
+    let limit = Arc::new(std::sync::atomic::AtomicI64::new(
+        config.options.num(crate::config::Opt::PlockRateLimit),
+    ));
+    let reader_failed = spawn_reader(st.device.as_ref(), &limit, st.our, &fsids, &registry);
+    let (kick_tx, kicks) = mpsc::unbounded_channel();
+    let (done_tx, done) = mpsc::unbounded_channel::<String>();
+    let ctx = LsContext {
+        kick: kick_tx,
+        device: st.device.clone(),
+        seam: st.seam.clone(),
+        our: st.our,
+        embedded: st.embedded,
+        quorum: st.quorum.1,
+        fencing: st.facts,
+        done: done_tx,
+        stateful: st.dg.stateful(),
+        registry: registry.clone(),
+        native: st.args.config.file.plock_native.unwrap_or(true),
+    };
+    let signal = |k: tokio::signal::unix::SignalKind, what| {
+        tokio::signal::unix::signal(k).map_err(|e| DaemonError::Io(what, e))
+    };
+    let sources = Sources {
+        uevents,
+        exits: st.exits,
+        run_exits: st.run_exits,
+        kicks,
+        control,
+        done,
+        reader_failed,
+        tick: tokio::time::interval(Duration::from_secs(1)),
+        // the watchdog is fed from this loop, the one that reads the kernel and the
+        // groups: if it stops turning, systemd hears nothing
+        watchdog: watchdog_interval().map(tokio::time::interval),
+        term: signal(
+            tokio::signal::unix::SignalKind::terminate(),
+            "SIGTERM handler",
+        )?,
+        int: signal(
+            tokio::signal::unix::SignalKind::interrupt(),
+            "SIGINT handler",
+        )?,
+    };
+    let daemon = Daemon {
+        args: st.args,
+        seam: st.seam,
+        our: st.our,
+        dg: st.dg,
+        services: st.services,
+        qtx: st.quorum.0,
+        comms: st.comms,
+        config,
+        config_dump,
+        registry,
+        fsids,
+        limit,
+        ctx,
+        uevent_log: admission::LogEvery::default(),
+        quit: false,
+    };
+    daemon.run(sources).await
+}
+
+/// The main socket, the metrics endpoint and the query socket, each served by its own
+/// task behind one admission gate; the main socket's commands come back on the channel.
+async fn listen(
+    args: &DaemonArgs,
+    registry: &query::Registry,
+    config_dump: &query::ConfigDump,
+    status: &query::SharedStatus,
+) -> Result<mpsc::UnboundedReceiver<control::ControlCmd>, DaemonError> {
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+    let nofile = admission::raise_nofile();
+    let gate = admission::Gate::new(admission::Limits::for_nofile(nofile));
+    let l = gate.limits();
+    tracing::info!(
+        "local connections: {} at once ({} non-root, {} per uid), descriptor limit {nofile}",
+        l.total,
+        l.unprivileged,
+        l.per_uid
+    );
+    match control::bind() {
+        Ok(l) => {
+            tokio::spawn(control::serve(l, gate.clone(), ctl_tx));
+        }
+        Err(e) => return Err(DaemonError::Io("main socket \\0dlmc_sock", e)),
+    }
+    if let Some(addr) = args.metrics {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                tokio::spawn(metrics_http::serve(l, gate.clone(), registry.clone()));
+            }
+            // metrics are not worth refusing to run for
+            Err(e) => tracing::error!("metrics endpoint {addr}: {e}"),
+        }
+    }
+    match query::bind() {
+        Ok(l) => {
+            tokio::spawn(query::serve(
+                l,
+                gate,
+                registry.clone(),
+                config_dump.clone(),
+                status.clone(),
+            ));
+        }
+        Err(e) => return Err(DaemonError::Io("query socket \\0dlmc_query_sock", e)),
+    }
+    Ok(ctl_rx)
+}
+
+/// The plock device's reader task (when plocks are enabled); its failure comes back on
+/// the channel and ends the daemon.
+fn spawn_reader(
+    device: Option<&Arc<MiscDevice>>,
+    limit: &Arc<std::sync::atomic::AtomicI64>,
+    our: u32,
+    fsids: &plock_device::Fsids,
+    registry: &query::Registry,
+) -> mpsc::UnboundedReceiver<DaemonError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    if let Some(d) = device {
+        let reader = plock_device::reader(
+            d.clone(),
+            limit.clone(),
+            our,
+            fsids.clone(),
+            registry.clone(),
+        );
+        tokio::spawn(async move {
+            let _ = tx.send(reader.await);
+        });
+    }
+    rx
+}
+
+impl Daemon<'_> {
+    async fn run(mut self, mut src: Sources) -> Result<(), DaemonError> {
+        loop {
+            if self.quit && self.registry.lock().is_ok_and(|m| m.is_empty()) {
+                return Ok(());
+            }
+            let backlog = self.dg.backlog();
+            tokio::select! {
+                // corosync pushed back: retry the daemon group's queue soon, not never
+                () = tokio::time::sleep(Duration::from_millis(20)), if backlog => self.dg.flush(),
+                r = src.uevents.readable() => {
+                    if let Ok(guard) = r {
+                        self.uevent(guard)?;
+                    }
+                }
+                ev = self.dg.group.next_event() => {
+                    let ev = ev.map_err(DaemonError::Cluster)?;
+                    self.dg.event(ev, self.services.as_ref());
+                }
+                Some(e) = src.exits.recv() => self.dg.agent_exit(e, self.services.as_ref()),
+                Some(n) = src.kicks.recv() => daemon_group::kick(self.services.as_ref(), n),
+                Some(e) = src.run_exits.recv() => self.dg.run_exit(e),
+                Some(c) = src.control.recv() => self.control(c),
+                Some(name) = src.done.recv() => self.lockspace_done(&name),
+                Some(e) = src.reader_failed.recv() => return Err(e),
+                _ = src.tick.tick() => self.tick()?,
+                _ = async {
+                    match src.watchdog.as_mut() {
+                        Some(w) => w.tick().await,
+                        None => std::future::pending().await,
+                    }
+                } => sd_notify(b"WATCHDOG=1"),
+                _ = src.term.recv() => self.quit = true,
+                _ = src.int.recv() => self.quit = true,
+            }
+        }
+    }
+
+    /// One uevent read (or a loss counted, or the socket's end).
+    fn uevent(
+        &mut self,
+        mut guard: tokio::io::unix::AsyncFdReadyGuard<'_, UeventFd>,
+    ) -> Result<(), DaemonError> {
+        match guard.get_inner().0.try_recv() {
+            Ok(bytes) if bytes.is_empty() => Err(DaemonError::Io(
+                "uevent source",
+                io::Error::from(io::ErrorKind::UnexpectedEof),
+            )),
+            Ok(bytes) => {
+                handle_uevent(&self.config, &self.ctx, &bytes, &self.registry, &self.fsids);
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                guard.clear_ready();
+                Ok(())
+            }
+            Err(e) => match crate::kernel::UeventLoss::of(&e) {
+                Some(loss) => {
+                    uevent_loss(loss, &e, &mut self.uevent_log);
+                    Ok(())
+                }
+                None => Err(DaemonError::Io("uevent source", e)),
+            },
+        }
+    }
+
+    /// A command of the main socket: fencing and runs to the daemon group, the rest
+    /// changes the configuration.
+    fn control(&mut self, c: control::ControlCmd) {
+        let services = self.services.as_ref();
+        let c = match c {
+            control::ControlCmd::FenceAck(n) => return self.dg.fence_ack(n, services),
+            control::ControlCmd::RunStart {
+                dest,
+                flags,
+                command,
+                reply,
+            } => {
+                let _ = reply.send(self.dg.run_start(dest, flags, &command));
+                return;
+            }
+            control::ControlCmd::RunCheck { uuid, flags, reply } => {
+                let _ = reply.send(self.dg.run_check(&uuid, flags));
+                return;
+            }
+            c => c,
+        };
+        apply_control(
+            c,
+            &mut self.config,
+            self.args.conf_path.as_deref(),
+            self.seam,
+        );
+        self.dg.reconfigure(&self.config.options);
+        self.limit.store(
+            self.config.options.num(crate::config::Opt::PlockRateLimit),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        if let Ok(mut d) = self.config_dump.lock() {
+            *d = Arc::new(self.config.options.dump());
+        }
+    }
+
+    /// A lockspace task ended (it unregistered itself); a lockspace of that name joined
+    /// again since keeps its series and its fsid.
+    fn lockspace_done(&mut self, name: &str) {
+        if !self.registry.lock().is_ok_and(|m| m.contains_key(name)) {
+            crate::metrics::get().forget(name);
+            if let Ok(mut f) = self.fsids.write() {
+                f.retain(|_, n| **n != *name);
+            }
+        }
+    }
+
+    /// Once a second: quorum and cfg from corosync, the fencing retry, and a poll of every
+    /// lockspace (their waits on fencing and quorum).
+    fn tick(&mut self) -> Result<(), DaemonError> {
+        if let Some(s) = self.services.as_mut() {
+            s.quorum.dispatch().map_err(DaemonError::Cluster)?;
+            while let Some(c) = s.quorum.poll_change() {
+                tracing::debug!(
+                    "cluster quorum {} seq {} nodes {}",
+                    u8::from(c.quorate),
+                    c.ring_seq,
+                    c.nodes.len()
+                );
+                self.dg.quorum_change(c.quorate, c.ring_seq, &c.nodes);
+                self.comms
+                    .update(self.seam, &self.config, s, self.our, &c.nodes);
+                let _ = self.qtx.send(QuorumState {
+                    quorate: c.quorate,
+                    ring_seq: c.ring_seq,
+                });
+            }
+            s.cfg.dispatch().map_err(DaemonError::Cluster)?;
+            if s.cfg.poll_shutdown().is_some() {
+                // corosync may stop only when no lockspace needs it (C's shutdown_callback)
+                let idle = self.registry.lock().is_ok_and(|m| m.is_empty());
+                if !idle {
+                    tracing::debug!("shutdown ignored, active lockspaces");
+                }
+                let _ = s.cfg.reply_shutdown(idle);
+            }
+        }
+        self.dg.tick(self.services.as_ref());
+        if let Ok(m) = self.registry.lock() {
+            for tx in m.values() {
+                let _ = tx.send(LsCommand::Poll);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fmt_value(v: &crate::config::Value) -> String {
+    match v {
+        crate::config::Value::Num(n) => n.to_string(),
+        crate::config::Value::Str(s) => s.clone(),
+    }
+}
+
+/// `reload_config` / `set_config` from the main socket, and their effects: where log lines
+/// go, and `log_debug` written to configfs at once (as C does).
+fn apply_control(
+    c: control::ControlCmd,
+    config: &mut Config,
+    conf_path: Option<&std::path::Path>,
+    seam: &KernelRoot,
+) {
+    let file_text = conf_path.and_then(|p| fs::read_to_string(p).ok());
+    let changes = match c {
+        control::ControlCmd::Reload => match config.reload(file_text.as_deref()) {
+            Ok(ch) => {
+                for c in &ch {
+                    tracing::debug!(
+                        "config file {} = {} cli_set 0 use {}",
+                        c.opt.spec().name,
+                        fmt_value(&c.new),
+                        fmt_value(&c.new)
+                    );
+                }
+                ch
+            }
+            Err(e) => {
+                tracing::error!("reload_config: {e}");
+                return;
+            }
+        },
+        // handled by the daemon group
+        control::ControlCmd::FenceAck(_)
+        | control::ControlCmd::RunStart { .. }
+        | control::ControlCmd::RunCheck { .. } => return,
+        control::ControlCmd::SetConfig(text) => {
+            let (ch, ignored) = config.set_config(&text, file_text.as_deref());
+            for c in &ch {
+                tracing::debug!(
+                    "config dynamic {} = {} previous use {}",
+                    c.opt.spec().name,
+                    fmt_value(&c.new),
+                    fmt_value(&c.old)
+                );
+            }
+            for w in ignored {
+                tracing::debug!("set_config ignored {w}");
+            }
+            ch
+        }
+    };
+    crate::log::set_sinks(sinks(&config.options, seam.is_real(), crate::log::json()));
+    for c in changes {
+        if c.opt == crate::config::Opt::LogDebug {
+            if let Err(e) = seam.configfs_write("log_debug", fmt_value(&c.new).as_bytes()) {
+                tracing::error!("set log_debug: {e}");
+            }
+        }
+    }
+}
+
+/// A uevent read that failed without breaking the socket: counted, logged at most once a
+/// second, and the loop goes on.
+fn uevent_loss(loss: crate::kernel::UeventLoss, e: &io::Error, log: &mut admission::LogEvery) {
+    crate::metrics::get()
+        .uevents_lost
+        .with_label_values(&[loss.label()])
+        .inc();
+    if let Some(held) = log.allow(std::time::Instant::now()) {
+        tracing::error!("uevent socket: {e} ({held} more not logged)");
+    }
+}
+
+fn handle_uevent(
+    config: &Config,
+    ctx: &LsContext,
+    bytes: &[u8],
+    registry: &query::Registry,
+    fsids: &plock_device::Fsids,
+) {
+    let Ok(mut lockspaces) = registry.lock() else {
+        return;
+    };
+    let Ok(ev) = Uevent::parse(bytes) else { return };
+    let name = ev.lockspace.to_str_lossy().into_owned();
+    let act = match ev.action {
+        UeventAction::Online => "online@",
+        UeventAction::Offline => "offline@",
+    };
+    // process_uevent's lines
+    tracing::debug!(
+        target: crate::log::PLAIN_TARGET,
+        action = act,
+        ls = name.as_str(),
+        "kernel: {act} {name}"
+    );
+    match ev.action {
+        UeventAction::Online => {
+            if lockspaces.contains_key(&name) {
+                // -EEXIST: already known, no event_done
+                tracing::error!("process_uevent {act} error -{EEXIST} errno 0");
+                return;
+            }
+            let conf = config
+                .file
+                .lockspaces
+                .get(&name)
+                .cloned()
+                .unwrap_or_default();
+            let (tx, rx) = mpsc::unbounded_channel();
+            if let Ok(mut f) = fsids.write() {
+                f.insert(
+                    dlm_proto::wire::global_id(&ev.lockspace),
+                    Arc::from(name.as_str()),
+                );
+            }
+            let span = tracing::debug_span!("lockspace", ls = name.as_str());
+            lockspaces.insert(name, tx);
+            tokio::spawn(tracing::Instrument::instrument(
+                lockspace::run(ev.lockspace, conf, ctx.clone(), rx),
+                span,
+            ));
+        }
+        UeventAction::Offline => match lockspaces.get(&name) {
+            Some(tx) => {
+                let _ = tx.send(LsCommand::Leave);
+            }
+            None => tracing::error!("process_uevent {act} error -{ENOENT} errno 0"),
+        },
+    }
+}
