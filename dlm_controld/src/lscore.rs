@@ -104,7 +104,13 @@ pub struct LsReport {
     pub oldest_waiter_since_ms: Option<u64>,
     /// Messages queued for the group, not yet taken by corosync (filled by the shell).
     pub send_queue: usize,
+    /// Lock owners in a cycle of waiting owners now (a deadlock across nodes), among the
+    /// first [`WAITS_MAX`] lines of the resources with waiters.
+    pub owners_in_cycle: usize,
 }
+
+/// Dump lines a report's deadlock count looks at, at most.
+pub const WAITS_MAX: usize = 100_000;
 
 /// A state transfer going out (see [`LsCore::pump`]).
 #[derive(Debug, Clone)]
@@ -1103,6 +1109,7 @@ impl LsCore {
             resources: self.plocks.resource_count(),
             oldest_waiter_since_ms: self.plocks.oldest_waiter_since(),
             send_queue: 0,
+            owners_in_cycle: self.plocks.waits(0, WAITS_MAX).0.in_cycle.len(),
         }
     }
 }

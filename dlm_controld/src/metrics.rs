@@ -76,6 +76,10 @@ pub struct Metrics {
     pub send_queue: IntGaugeVec,
     /// Age of the longest-waiting plock waiter, by lockspace (at scrape; 0 with none).
     pub oldest_waiter: prometheus::GaugeVec,
+    /// Lock owners in a cycle of waiting owners (a deadlock across nodes), per lockspace.
+    pub owners_in_cycle: IntGaugeVec,
+    /// How long blocking requests waited: granted or cancelled.
+    pub plock_wait_seconds: HistogramVec,
     /// Fence agents started here, by device.
     pub fence_attempts: IntCounterVec,
     /// Fence agents that ended here, by outcome (success, failure).
@@ -315,6 +319,18 @@ impl Metrics {
                 let _ = r.register(Box::new(g.clone()));
                 g
             },
+            owners_in_cycle: gauge_vec(
+                &r,
+                "dlm_plock_owners_in_cycle",
+                "Lock owners in a cycle of waiting owners now: a deadlock across nodes (dlm_tool plocks --waits shows it)",
+                &["lockspace"],
+            ),
+            plock_wait_seconds: histogram_vec(
+                &r,
+                "dlm_plock_wait_seconds",
+                "How long a blocking request (F_SETLKW) of this node waited, until granted or cancelled",
+                &["lockspace", "outcome"],
+            ),
             fence_attempts: counter_vec(
                 &r,
                 "dlm_fence_agent_runs_total",
@@ -367,6 +383,10 @@ impl Metrics {
             let _ = v.remove_label_values(&[lockspace]);
         }
         let _ = self.oldest_waiter.remove_label_values(&[lockspace]);
+        let _ = self.owners_in_cycle.remove_label_values(&[lockspace]);
+        for o in ["granted", "cancelled"] {
+            let _ = self.plock_wait_seconds.remove_label_values(&[lockspace, o]);
+        }
         for c in CONDITIONS {
             let _ = self.waiting.remove_label_values(&[lockspace, c]);
         }
@@ -464,6 +484,10 @@ mod tests {
         m.native_batches.with_label_values(&["t"]).inc();
         m.send_queue.with_label_values(&["t"]).set(5);
         m.oldest_waiter.with_label_values(&["t"]).set(1.5);
+        m.owners_in_cycle.with_label_values(&["t"]).set(2);
+        m.plock_wait_seconds
+            .with_label_values(&["t", "granted"])
+            .observe(0.5);
         let text = String::from_utf8(m.encode()).expect("utf8");
         for name in [
             "dlm_plock_requests_total",
@@ -503,6 +527,8 @@ mod tests {
             "dlm_plock_native_messages_total",
             "dlm_cpg_send_queue",
             "dlm_plock_oldest_waiter_seconds",
+            "dlm_plock_owners_in_cycle",
+            "dlm_plock_wait_seconds",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {name} ")),

@@ -222,9 +222,70 @@ fn plocks_across_nodes_and_state_transfer() {
         (1, 5, 5, 8),
         "node 3 missed the waiter"
     );
+    crosswise_deadlock_is_shown_on_any_node(&c, k1, k2);
     drop(daemons);
     drop(kernels);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Two processes on two nodes lock crosswise (each holds one inode and waits for the
+/// other's): both wait, and `dlm_tool plocks --waits` on the third node shows the cycle
+/// with both pids (issue 17).
+fn crosswise_deadlock_is_shown_on_any_node(c: &Cluster, k1: &FakeKernel, k2: &FakeKernel) {
+    k1.send_plock(&req(PlockOp::LOCK, 31, 20, false, 0, 0))
+        .expect("send");
+    assert_eq!(reply(k1).rv, 0);
+    k2.send_plock(&req(PlockOp::LOCK, 32, 21, false, 0, 0))
+        .expect("send");
+    assert_eq!(reply(k2).rv, 0);
+    k1.send_plock(&req(PlockOp::LOCK, 31, 21, true, 0, 0))
+        .expect("send");
+    k2.send_plock(&req(PlockOp::LOCK, 32, 20, true, 0, 0))
+        .expect("send");
+    let ours = std::env::current_exe()
+        .expect("test path")
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target dir")
+        .join("dlm_tool");
+    let end = std::time::Instant::now() + T;
+    let text = loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &c.node_ns(3)])
+            .arg(&ours)
+            .args(["plocks", "--waits", "foo"])
+            .output()
+            .expect("dlm_tool");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("2 owners in a cycle") || std::time::Instant::now() > end {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.contains(", 2 owners in a cycle"), "{text}");
+    for (inode, pid, blocker) in [(21, 31, 32), (20, 32, 31)] {
+        let waiter = format!(
+            "{inode} WR 0-0 nodeid {} pid {pid} owner {pid:x} waiting",
+            pid - 30
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&waiter))
+            .unwrap_or_else(|| panic!("no waiter {waiter}: {text}"));
+        assert!(line.ends_with("DEADLOCK (cycle)"), "{line}");
+        assert!(
+            text.contains(&format!(
+                "blocked by {inode} WR 0-0 nodeid {} pid {blocker}",
+                blocker - 30
+            )),
+            "{text}"
+        );
+    }
+    let cycle = "dlm_plock_owners_in_cycle{lockspace=\"foo\"}";
+    assert_eq!(metric_in_ns(&c.node_ns(3), cycle), 2.0);
+    // neither is answered: without deadlock detection both wait
+    assert!(k1.recv_plock_raw(Duration::from_millis(300)).is_none());
+    assert!(k2.recv_plock_raw(Duration::from_millis(300)).is_none());
 }
 
 /// A node cut off into a minority partition purges the others at its membership change,

@@ -222,6 +222,23 @@ pub(crate) struct Plock {
     age_ms: Option<u64>,
 }
 
+impl Plock {
+    /// As the engine's dump entry (an age unknown is 0).
+    pub(crate) fn entry(&self) -> dlm_plock::DumpEntry {
+        dlm_plock::DumpEntry {
+            number: self.number,
+            ex: self.mode == "WR",
+            start: self.start,
+            end: self.end,
+            nodeid: self.nodeid,
+            pid: self.pid,
+            owner: self.owner,
+            waiting: self.waiting,
+            age_ms: self.age_ms.unwrap_or(0),
+        }
+    }
+}
+
 /// Parses one line of C's dump: `<number> <WR|RD> <start>-<end> nodeid <n> pid <p> owner
 /// <hex> rown <r>[ WAITING][ age_ms <ms>]`.
 pub(crate) fn parse_plock(line: &str) -> Option<Plock> {

@@ -10,6 +10,7 @@ mod debugfs;
 mod json;
 mod show;
 mod status;
+mod waits;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -29,6 +30,8 @@ enum Op {
     Plocks {
         name: String,
         json: bool,
+        /// `--waits`: who blocks whom (see `waits.rs`).
+        waits: bool,
     },
     Status {
         verbose: bool,
@@ -78,7 +81,9 @@ Usage: dlm_tool [options] <command> [name]
 
 Commands served by this build:
   ls [name]       lockspaces, their current and pending changes and members
-  plocks <name>   posix locks held and waiting in a lockspace (whole table)
+  plocks <name>   posix locks held and waiting in a lockspace (whole table);
+                  --waits: who blocks whom (each waiter, its blockers, the chain of
+                  waiting owners, cycles across nodes), --json for either
   status          the daemon and its nodes (-v: every field); exit 1 when the
                   daemon cannot be reached
   dump            the daemon's debug buffer
@@ -132,6 +137,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
     let mut all = false;
     let mut verbose = false;
     let mut json = false;
+    let mut waits = false;
     let mut exit_code = false;
     let mut wait_sec = 0u64;
     let mut mode = 0o600u32;
@@ -145,6 +151,10 @@ fn parse(args: &[String]) -> Result<Op, String> {
         // this tool's own long options
         if a == "--json" {
             json = true;
+            continue;
+        }
+        if a == "--waits" {
+            waits = true;
             continue;
         }
         if a == "--exit-code" {
@@ -232,7 +242,7 @@ fn parse(args: &[String]) -> Result<Op, String> {
             exit_code,
         }),
         "plocks" => name
-            .map(|name| Op::Plocks { name, json })
+            .map(|name| Op::Plocks { name, json, waits })
             .ok_or_else(|| "lockspace name required".to_owned()),
         "status" => Ok(Op::Status { verbose, json }),
         "reload_config" => Ok(Op::ReloadConfig),
@@ -594,23 +604,29 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
-        Op::Plocks { name, json } => match client::dump_plocks(name.as_bytes(), json) {
-            Ok((_, d)) if d == -ENOENT => fail(&format!("no lockspace {name}")),
-            Ok((text, d)) => {
-                let code = if json {
-                    write_out(json::plocks(&name, &String::from_utf8_lossy(&text)).as_bytes())
-                } else {
-                    write_out(&text)
-                };
-                if d == -ENOSPC {
-                    eprintln!(
-                        "dlm_tool: the daemon cut the dump short (a C dlm_controld caps it at 1 MiB)"
-                    );
+        Op::Plocks { name, json, waits } => {
+            match client::dump_plocks(name.as_bytes(), json || waits) {
+                Ok((_, d)) if d == -ENOENT => fail(&format!("no lockspace {name}")),
+                Ok((text, d)) => {
+                    let code = if waits {
+                        write_out(
+                            waits::show(&name, &String::from_utf8_lossy(&text), json).as_bytes(),
+                        )
+                    } else if json {
+                        write_out(json::plocks(&name, &String::from_utf8_lossy(&text)).as_bytes())
+                    } else {
+                        write_out(&text)
+                    };
+                    if d == -ENOSPC {
+                        eprintln!(
+                            "dlm_tool: the daemon cut the dump short (a C dlm_controld caps it at 1 MiB)"
+                        );
+                    }
+                    code
                 }
-                code
+                Err(e) => fail(&e),
             }
-            Err(e) => fail(&e),
-        },
+        }
         Op::Status { verbose, json } => match client::status_records() {
             Ok(recs) if json => write_out(json::status(&recs).as_bytes()),
             Ok(recs) => {
@@ -788,6 +804,7 @@ mod tests {
             Ok(Op::Plocks {
                 name: name.to_owned(),
                 json,
+                waits: false,
             })
         };
         let dump = |command, json| Ok(Op::Dump { command, json });
@@ -797,6 +814,14 @@ mod tests {
         assert_eq!(p("ls --json --exit-code"), ls(None, false, true, true));
         // words before the command are skipped, as C's loop does
         assert_eq!(p("junk plocks gfs"), plocks("gfs", false));
+        assert_eq!(
+            p("plocks --waits gfs"),
+            Ok(Op::Plocks {
+                name: "gfs".to_owned(),
+                json: false,
+                waits: true
+            })
+        );
         assert_eq!(p("-m 0644 plocks gfs"), plocks("gfs", false));
         assert_eq!(p("-m0644 plocks --json gfs"), plocks("gfs", true));
         assert_eq!(p("dump_config"), dump(Command::DUMP_CONFIG, false));

@@ -49,9 +49,11 @@ mod effects;
 mod lockspace;
 mod range;
 mod snapshot;
+pub mod waits;
 
 pub use dump::DumpEntry;
 pub use effects::{ApplyError, Reply, RestoreError};
 pub use lockspace::Lockspace;
 pub use lockspace::state::Held;
 pub use snapshot::{Chunk, Snapshot, SnapshotCursor};
+pub use waits::{Wait, Waits};

@@ -312,6 +312,23 @@ impl Lockspace {
         self.waiters.values().map(|w| w.since).min()
     }
 
+    /// Who blocks whom ([`crate::waits`]) among the resources that have waiters, from at
+    /// most `max_entries` dump lines (a scrape must not walk a huge table: past the bound
+    /// the picture is of the first resources only, and the second value says so).
+    pub fn waits(&self, now: u64, max_entries: usize) -> (crate::Waits, bool) {
+        let numbers: BTreeSet<u64> = self.waiters.values().map(|w| w.info.number).collect();
+        let mut entries = Vec::new();
+        let mut cut = false;
+        for n in numbers {
+            if entries.len() >= max_entries {
+                cut = true;
+                break;
+            }
+            entries.extend(self.dump_of(n, now));
+        }
+        (crate::waits::waits(&entries), cut)
+    }
+
     /// Bytes held by the table's own structures (slabs and tables exactly, B-trees
     /// estimated).
     pub fn approx_heap_bytes(&self) -> usize {

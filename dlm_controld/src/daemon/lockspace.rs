@@ -128,6 +128,8 @@ struct LsMetrics {
     replies: Vec<prometheus::IntCounter>,
     /// wait=false, wait=true.
     seconds: [prometheus::Histogram; 2],
+    /// A blocking request's wait: granted, cancelled.
+    waited: [prometheus::Histogram; 2],
     /// role sent, received.
     transfers: [prometheus::IntCounter; 2],
     transfer_messages: [prometheus::IntCounter; 2],
@@ -156,6 +158,10 @@ impl LsMetrics {
             seconds: [
                 m.plock_seconds.with_label_values(&[ls, "false"]),
                 m.plock_seconds.with_label_values(&[ls, "true"]),
+            ],
+            waited: [
+                m.plock_wait_seconds.with_label_values(&[ls, "granted"]),
+                m.plock_wait_seconds.with_label_values(&[ls, "cancelled"]),
             ],
             transfers: [
                 m.transfers.with_label_values(&[ls, "sent"]),
@@ -352,7 +358,9 @@ impl Shell {
             return;
         }
         if info.op == PlockOp::CANCEL {
-            self.pending.cancelled(info);
+            if let Some(t0) = self.pending.cancelled(info) {
+                self.metrics.waited[1].observe(t0.elapsed().as_secs_f64());
+            }
         }
         self.pending.insert(t0, *info);
     }
@@ -400,7 +408,11 @@ impl Shell {
     fn count_reply(&mut self, info: &PlockInfo) {
         self.metrics.replies[crate::metrics::result_index(info.op, info.rv)].inc();
         if let Some(t0) = self.pending.answered(info) {
-            self.metrics.seconds[usize::from(info.wait)].observe(t0.elapsed().as_secs_f64());
+            let secs = t0.elapsed().as_secs_f64();
+            self.metrics.seconds[usize::from(info.wait)].observe(secs);
+            if info.wait && info.op == dlm_proto::kernel::PlockOp::LOCK && info.rv == 0 {
+                self.metrics.waited[0].observe(secs);
+            }
         }
     }
 

@@ -42,6 +42,9 @@ async fn refresh(reg: &Registry) {
             .with_label_values(&n)
             .set(age_ms as f64 / 1000.0);
         m.members.with_label_values(&n).set(as_i64(r.members.len()));
+        m.owners_in_cycle
+            .with_label_values(&n)
+            .set(as_i64(r.owners_in_cycle));
         m.change_seq
             .with_label_values(&n)
             .set(i64::from(r.info.cg_prev.seq));

@@ -55,14 +55,15 @@ impl Outstanding {
         self.take_oldest(key_of(reply)).map(|(t0, _)| t0)
     }
 
-    /// A CANCEL of a waiter: the LOCK it names is answered by no reply.
-    pub(crate) fn cancelled(&mut self, cancel: &PlockInfo) {
+    /// A CANCEL of a waiter: the LOCK it names is answered by no reply. When that LOCK
+    /// was read, if it was still waiting here.
+    pub(crate) fn cancelled(&mut self, cancel: &PlockInfo) -> Option<Instant> {
         let waiter = PlockInfo {
             op: PlockOp::LOCK,
             wait: true,
             ..*cancel
         };
-        self.take_oldest(key_of(&waiter));
+        self.take_oldest(key_of(&waiter)).map(|(t0, _)| t0)
     }
 
     /// A CLOSE: nothing of `owner` on file `number` is answered any more.
@@ -165,8 +166,9 @@ mod tests {
             wait: false,
             ..lock(1, 0, true)
         };
-        o.cancelled(&cancel);
+        assert_eq!(o.cancelled(&cancel), Some(t));
         assert_eq!(o.answered(&lock(1, 0, true)), None);
+        assert_eq!(o.cancelled(&cancel), None, "nothing left to cancel");
         o.closed(7, 1);
         assert_eq!(o.take_all(), vec![lock(3, 0, false)]);
     }
