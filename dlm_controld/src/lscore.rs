@@ -265,6 +265,12 @@ impl LsCore {
         self.mem.set_native(on);
     }
 
+    /// Whether our STARTs offer deadlock detection (`plock_deadlock_detect`; off unless
+    /// turned on). A lockspace detects deadlocks while every started member offers it.
+    pub fn set_deadlock_detect(&mut self, on: bool) {
+        self.mem.set_deadlock(on);
+    }
+
     /// Native mode's counts so far.
     pub fn native_stats(&self) -> NativeStats {
         self.stats
@@ -833,6 +839,9 @@ impl LsCore {
             return;
         }
         let mut replies = std::mem::take(&mut self.replies);
+        // deadlock detection as the started change agreed, on every replica alike
+        self.plocks
+            .set_deadlock_detect(self.mem.started_members_have(HeaderFlags::DEADLOCK_AWARE));
         // a message from a node that lies about itself was checked above; the engine's
         // own refusal cannot happen here
         let _ = self.plocks.apply(now_ms, from, info, &mut replies);

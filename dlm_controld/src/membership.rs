@@ -209,6 +209,8 @@ pub struct Membership {
     leaving: bool,
     /// We run native mode: our START says so (docs/native-mode.md).
     native: bool,
+    /// `plock_deadlock_detect=1`: our START says so (and offers no native mode).
+    deadlock: bool,
     need_plocks: bool,
     cpg_ring_seq: u64,
     ring_wait: bool,
@@ -233,6 +235,7 @@ impl Membership {
             leaving: false,
             need_plocks: true,
             native: true,
+            deadlock: false,
             cpg_ring_seq: 0,
             ring_wait: false,
             wait: WaitCondition::None,
@@ -242,6 +245,12 @@ impl Membership {
     /// Whether our STARTs offer native mode (`plock_native`; on unless turned off).
     pub fn set_native(&mut self, on: bool) {
         self.native = on;
+    }
+
+    /// Whether our STARTs offer deadlock detection (`plock_deadlock_detect`); they then
+    /// offer no native mode: a local decision would hide waits the detection depends on.
+    pub fn set_deadlock(&mut self, on: bool) {
+        self.deadlock = on;
     }
 
     /// We asked to leave (`dlm_leave_lockspace`); the leave completes at our confchg.
@@ -751,7 +760,9 @@ impl Membership {
 
     fn start_flags(&self) -> u32 {
         let mut f = HeaderFlags::CANCEL_AWARE;
-        if self.native {
+        if self.deadlock {
+            f |= HeaderFlags::DEADLOCK_AWARE;
+        } else if self.native {
             f |= HeaderFlags::NATIVE;
         }
         if self.joining {

@@ -102,6 +102,8 @@ struct Sim {
     plain: BTreeSet<u32>,
     /// Settle rounds so far (decided entries alone go out every third).
     turns: u64,
+    /// Every node runs `plock_deadlock_detect=1` (and so no native mode).
+    deadlock: bool,
     /// Native counts of nodes gone.
     stats: NativeStats,
 }
@@ -168,6 +170,7 @@ impl Sim {
                 core: {
                     let mut c = LsCore::new(name, id, true, u64::from(id) << 17);
                     c.set_native(!self.plain.contains(&id));
+                    c.set_deadlock_detect(self.deadlock);
                     c
                 },
                 side: 0,
@@ -549,6 +552,17 @@ impl Sim {
     }
 
     /// Native counts of every node, live or gone.
+    /// Blocking requests of the nodes still here answered EDEADLK.
+    fn deadlocks(&self) -> u64 {
+        let refused = |n: &Node| {
+            n.requests
+                .values()
+                .filter(|p| p.rv == Some(-dlm_proto::errno::EDEADLK))
+                .count() as u64
+        };
+        self.nodes.values().map(refused).sum()
+    }
+
     fn native_stats(&self) -> NativeStats {
         let mut t = self.stats;
         for n in self.nodes.values() {
@@ -750,7 +764,7 @@ fn check_table(node: &Node, seed: u64) {
     }
 }
 
-fn run(seed: u64) -> NativeStats {
+fn run(seed: u64) -> (NativeStats, u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let n = 3 + u32::try_from(rng.next(3)).expect("small");
     let mut sim = Sim {
@@ -769,6 +783,9 @@ fn run(seed: u64) -> NativeStats {
             _ => BTreeSet::new(),
         },
         turns: 0,
+        // every fifth seed: deadlock detection on every node (cycles across nodes are
+        // refused on every replica alike, through crashes, joins and the partition)
+        deadlock: seed % 5 == 4,
         stats: NativeStats::default(),
     };
     // all but the last node join first; the last joins during the storm
@@ -846,7 +863,7 @@ fn run(seed: u64) -> NativeStats {
         drain_closes(node, true);
     }
     sim.check_quiet();
-    sim.native_stats()
+    (sim.native_stats(), sim.deadlocks())
 }
 
 /// plock-spec §5.8 cases 1 and 2, which C leaves wrong: while a fourth node receives the
@@ -864,6 +881,7 @@ fn transfer_failure(seed: u64) {
         fence: SimFence::default(),
         plain: BTreeSet::new(),
         turns: 0,
+        deadlock: false,
         stats: NativeStats::default(),
     };
     for id in 1..=3 {
@@ -935,13 +953,23 @@ fn seeds() -> Vec<u64> {
 fn clusters_never_grant_twice_nor_lose_a_lock() {
     let list = seeds();
     let mut total = NativeStats::default();
+    let mut deadlocks = 0;
     for &seed in &list {
         let r = std::panic::catch_unwind(|| run(seed));
-        let Ok(s) = r else {
+        let Ok((s, d)) = r else {
             panic!("cluster simulation failed: replay with DLM_SIM_SEED={seed}");
         };
         total.local += s.local;
         total.recalls += s.recalls;
+        assert!(
+            d == 0 || seed % 5 == 4,
+            "seed {seed}: EDEADLK without detection"
+        );
+        deadlocks += d;
+    }
+    // the seeds with deadlock detection met cycles and refused them
+    if list.len() >= 100 {
+        assert!(deadlocks > 0, "no cycle was ever refused");
     }
     // the runs exercised native mode: local decisions and recalls both happened
     if list.len() >= 100 {

@@ -27,6 +27,11 @@ fn members(records: &[Record]) -> Vec<u32> {
 
 /// Three corosync nodes, a fake kernel and a daemon on each.
 fn start_all(tag: &str) -> (Cluster, PathBuf, Vec<FakeKernel>, Vec<Daemon>) {
+    start_all_with(tag, "")
+}
+
+/// The same with `dlm_conf` as every node's /etc/dlm/dlm.conf.
+fn start_all_with(tag: &str, dlm_conf: &str) -> (Cluster, PathBuf, Vec<FakeKernel>, Vec<Daemon>) {
     let c = Cluster::start(tag, 3);
     let base = std::env::temp_dir().join(format!("dlm-daemon-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
@@ -35,6 +40,11 @@ fn start_all(tag: &str) -> (Cluster, PathBuf, Vec<FakeKernel>, Vec<Daemon>) {
         .iter()
         .map(|r| FakeKernel::start(r).expect("fake kernel"))
         .collect();
+    for r in &roots {
+        let etc = r.join("etc/dlm");
+        std::fs::create_dir_all(&etc).expect("etc/dlm");
+        std::fs::write(etc.join("dlm.conf"), dlm_conf).expect("dlm.conf");
+    }
     let daemons = (1..=3)
         .map(|k| {
             start_daemon_on_corosync(
@@ -286,6 +296,45 @@ fn crosswise_deadlock_is_shown_on_any_node(c: &Cluster, k1: &FakeKernel, k2: &Fa
     // neither is answered: without deadlock detection both wait
     assert!(k1.recv_plock_raw(Duration::from_millis(300)).is_none());
     assert!(k2.recv_plock_raw(Duration::from_millis(300)).is_none());
+}
+
+/// With `plock_deadlock_detect=1` on every node, the F_SETLKW that would close a cycle
+/// of owners on two nodes is answered EDEADLK (the other still waits), on any node's
+/// request, and no table holds the refused waiter (issue 17).
+#[test]
+fn deadlock_detection_refuses_the_request_that_closes_a_cycle() {
+    let (c, base, kernels, daemons) = start_all_with("ddl", "plock_deadlock_detect=1\n");
+    for k in &kernels {
+        join(k);
+    }
+    assert!(kernels[2].wait_records(T, |r| members(r) == vec![1, 2, 3]));
+    let (k1, k2) = (&kernels[0], &kernels[1]);
+    k1.send_plock(&req(PlockOp::LOCK, 31, 20, false, 0, 0))
+        .expect("send");
+    assert_eq!(reply(k1).rv, 0);
+    k2.send_plock(&req(PlockOp::LOCK, 32, 21, false, 0, 0))
+        .expect("send");
+    assert_eq!(reply(k2).rv, 0);
+    k1.send_plock(&req(PlockOp::LOCK, 31, 21, true, 0, 0))
+        .expect("send");
+    // node 1's request waits; node 2's would close the cycle
+    std::thread::sleep(Duration::from_millis(300));
+    k2.send_plock(&req(PlockOp::LOCK, 32, 20, true, 0, 0))
+        .expect("send");
+    let r = reply(k2);
+    assert_eq!((r.op, r.number, r.rv), (PlockOp::LOCK, 20, -35), "EDEADLK");
+    assert!(k1.recv_plock_raw(Duration::from_millis(300)).is_none());
+    // node 2 gives up its lock: node 1's waiter is granted
+    k2.send_plock(&req(PlockOp::UNLOCK, 32, 21, false, 0, 0))
+        .expect("send");
+    assert_eq!(reply(k2).rv, 0);
+    let w = reply(k1);
+    assert_eq!((w.number, w.wait, w.rv), (21, true, 0));
+    let cycle = "dlm_plock_owners_in_cycle{lockspace=\"foo\"}";
+    assert_eq!(metric_in_ns(&c.node_ns(3), cycle), 0.0);
+    drop(daemons);
+    drop(kernels);
+    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// A node cut off into a minority partition purges the others at its membership change,

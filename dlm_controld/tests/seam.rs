@@ -175,12 +175,19 @@ fn errno_values_are_linux_ones() {
         ]
     );
     assert_eq!(
-        [e::ENOSPC, e::ENODATA, e::EOPNOTSUPP, e::ECANCELED],
+        [
+            e::ENOSPC,
+            e::ENODATA,
+            e::EOPNOTSUPP,
+            e::ECANCELED,
+            e::EDEADLK
+        ],
         [
             libc::ENOSPC,
             libc::ENODATA,
             libc::EOPNOTSUPP,
-            libc::ECANCELED
+            libc::ECANCELED,
+            libc::EDEADLK
         ]
     );
 }

@@ -30,6 +30,7 @@ use crate::arena::{Arena, ListHead, Slot, mix64};
 use crate::effects::{ApplyError, Reply, RestoreError};
 use crate::range::{Overlap, overlap_type, shrink};
 
+mod deadlock;
 mod locks;
 pub(crate) mod state;
 mod table;
@@ -37,7 +38,7 @@ mod table;
 mod tests;
 
 const NIL: u32 = u32::MAX;
-use dlm_proto::errno::{EAGAIN, EINVAL, ENOENT};
+use dlm_proto::errno::{EAGAIN, EDEADLK, EINVAL, ENOENT};
 
 /// A granted lock (C's `struct posix_lock`); its range lives beside it (arena node or
 /// inline slot).
@@ -242,7 +243,17 @@ pub struct Lockspace {
     dirty: BTreeSet<u64>,
     next_created: u32,
     scratch: Vec<Slot>,
+    /// Every waiter by its owner, in replicated order (nodeid, owner, number, start, end,
+    /// ex: all a conflict depends on, so waiters equal up to here block alike), then its
+    /// resource and slot (which differ between replicas): what an owner waits for.
+    waiting: BTreeSet<WaitKey>,
+    /// A blocking LOCK that would close a cycle of waiting owners is answered -EDEADLK
+    /// (agreed by every member: see [`Lockspace::set_deadlock_detect`]).
+    deadlock_detect: bool,
 }
+
+/// (nodeid, owner, number, start, end, ex, resource, slot) of a waiter.
+type WaitKey = (i32, u64, u64, u64, u64, bool, u32, Slot);
 
 impl Lockspace {
     /// An empty table for the lockspace whose global id is `fsid`, on node `our_nodeid`.
@@ -269,6 +280,8 @@ impl Lockspace {
             dirty: BTreeSet::new(),
             next_created: 0,
             scratch: Vec::new(),
+            waiting: BTreeSet::new(),
+            deadlock_detect: false,
         }
     }
 
@@ -420,8 +433,17 @@ impl Lockspace {
             return;
         };
         self.promote(r);
-        if self.first_conflict(r, &req).is_some() {
-            if info.wait {
+        if let Some(blocker) = self.first_conflict(r, &req) {
+            if info.wait && self.deadlock_detect && self.would_deadlock(&req, blocker) {
+                if ours {
+                    out.push(Reply {
+                        info: PlockInfo {
+                            rv: -EDEADLK,
+                            ..*info
+                        },
+                    });
+                }
+            } else if info.wait {
                 self.add_waiter(r, *info, now, false);
             } else if ours {
                 out.push(Reply {

@@ -100,15 +100,23 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn new() -> Self {
-        Self {
+    /// Three replicas, with deadlock detection on or off in all of them.
+    fn new(deadlock: bool) -> Self {
+        let mut c = Self {
             engines: NODES
                 .iter()
                 .map(|&n| Lockspace::new(n, FSID, u64::from(n) * 0x1234_5677))
                 .collect(),
             models: NODES.iter().map(|&n| Model::new(n as i32, FSID)).collect(),
             sent_blocking: Vec::new(),
+        };
+        for e in &mut c.engines {
+            e.set_deadlock_detect(deadlock);
         }
+        for m in &mut c.models {
+            m.deadlock = deadlock;
+        }
+        c
     }
 
     fn run(&mut self, step: &Step, now: u64) -> Result<(), TestCaseError> {
@@ -167,8 +175,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_matches_c_model(steps in proptest::collection::vec(step(), 1..120)) {
-        let mut c = Cluster::new();
+    fn engine_matches_c_model(
+        steps in proptest::collection::vec(step(), 1..120),
+        deadlock in any::<bool>(),
+    ) {
+        let mut c = Cluster::new(deadlock);
         for (t, s) in steps.iter().enumerate() {
             c.run(s, t as u64)?;
         }
@@ -177,7 +188,9 @@ proptest! {
         let model_chunks = c.models[0].snapshot();
         prop_assert_eq!(chunks.len(), model_chunks.len());
         let mut joiner = Lockspace::new(4, FSID, 0xfeed);
+        joiner.set_deadlock_detect(deadlock);
         let mut joiner_model = Model::new(4, FSID);
+        joiner_model.deadlock = deadlock;
         for (ch, (rd, entries)) in chunks.iter().zip(&model_chunks) {
             prop_assert_eq!(&ch.resource, rd);
             prop_assert_eq!(&ch.entries().collect::<Vec<_>>(), entries);

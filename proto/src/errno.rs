@@ -13,6 +13,8 @@ pub const EAGAIN: i32 = 11;
 pub const EEXIST: i32 = 17;
 /// `EINVAL`
 pub const EINVAL: i32 = 22;
+/// `EDEADLK`
+pub const EDEADLK: i32 = 35;
 /// `ENOSPC`
 pub const ENOSPC: i32 = 28;
 /// `ENODATA`

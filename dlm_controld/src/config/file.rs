@@ -91,6 +91,9 @@ pub struct ConfFile {
     pub log_format: Option<String>,
     /// This build's own `plock_native=0|1` (docs/native-mode.md; on when absent).
     pub plock_native: Option<bool>,
+    /// This build's own `plock_deadlock_detect=0|1` (off when absent): a blocking request
+    /// that would close a cycle of waiting owners is answered -EDEADLK.
+    pub plock_deadlock_detect: Option<bool>,
 }
 
 impl ConfFile {
@@ -154,13 +157,18 @@ pub fn parse_conf(text: &str) -> Result<ConfFile, ConfError> {
             continue;
         }
         // this build's own keys (the C daemon warns about them and goes on)
-        if let ("plock_native", Some((_, v))) = (key, raw.split_once('=')) {
-            let v = v.split_whitespace().next().unwrap_or_default();
-            conf.plock_native = Some(match v {
+        if let ("plock_native" | "plock_deadlock_detect", Some((_, v))) = (key, raw.split_once('='))
+        {
+            let v = match v.split_whitespace().next().unwrap_or_default() {
                 "0" => false,
                 "1" => true,
-                _ => return Err(err("plock_native must be 0 or 1")),
-            });
+                _ => return Err(err(&format!("{key} must be 0 or 1"))),
+            };
+            if key == "plock_native" {
+                conf.plock_native = Some(v);
+            } else {
+                conf.plock_deadlock_detect = Some(v);
+            }
             section = Section::None;
             continue;
         }
@@ -362,6 +370,23 @@ unfence foo
 device bar fence_bar ipaddr=2.2.2.2
 connect bar node=1 port=5
 ";
+
+    #[test]
+    fn this_builds_own_plock_keys() {
+        let c = parse_conf("plock_native=0\nplock_deadlock_detect=1\n").expect("parses");
+        assert_eq!(
+            (c.plock_native, c.plock_deadlock_detect),
+            (Some(false), Some(true))
+        );
+        let c = parse_conf("log_debug=1\n").expect("parses");
+        assert_eq!((c.plock_native, c.plock_deadlock_detect), (None, None));
+        let e = parse_conf("plock_deadlock_detect=yes\n").expect_err("refused");
+        assert!(
+            e.to_string()
+                .contains("plock_deadlock_detect must be 0 or 1"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn sections() {

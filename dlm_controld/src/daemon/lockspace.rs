@@ -626,6 +626,7 @@ pub(crate) async fn run(
         published: None,
     };
     ls.core.set_native(ls.ctx.native);
+    ls.core.set_deadlock_detect(ls.ctx.deadlock);
     ls.drain();
     let mut last_flush = Flush::Empty;
     let mut batch_due = None;

@@ -540,6 +540,8 @@ pub(crate) struct LsContext {
     pub(crate) kick: mpsc::UnboundedSender<u32>,
     /// `plock_native` (docs/native-mode.md): our STARTs offer native mode.
     pub(crate) native: bool,
+    /// `plock_deadlock_detect`: our STARTs offer deadlock detection.
+    pub(crate) deadlock: bool,
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Granted locks and waiters of a promoted (`Full`) resource: C's `lock_internal`,
 //! `unlock_internal`, `add_waiter`, the candidate-based `do_waiters` pass, `clear_waiters`.
 
+use super::deadlock::wait_key;
 use super::table::full_of;
 use super::*;
 
@@ -201,6 +202,7 @@ impl Lockspace {
             self.reindex_waiters(r);
         }
         let seq = self.waiters.seq(s);
+        self.waiting.insert(wait_key(number, r, s, &info));
         let wi = self.windex(r);
         wi.by_owner.insert((info.nodeid, info.owner, seq, s));
         if candidate {
@@ -216,6 +218,7 @@ impl Lockspace {
         let f = full_of(&mut self.resources, r);
         let w = self.waiters.remove(&mut f.waiters, s);
         let empty = f.waiters.is_empty();
+        self.waiting.remove(&wait_key(number, r, s, &w.info));
         if let Some(wi) = f.windex.as_mut() {
             wi.candidates.remove(&seq);
             wi.by_owner.remove(&(w.info.nodeid, w.info.owner, seq, s));

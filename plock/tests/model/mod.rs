@@ -35,6 +35,8 @@ pub struct Model {
     pub our: i32,
     pub fsid: u32,
     pub res: Vec<MRes>,
+    /// Deadlock detection: a blocking LOCK closing a cycle of waiting owners gets -EDEADLK.
+    pub deadlock: bool,
 }
 
 fn overlap(s1: u64, e1: u64, s2: u64, e2: u64) -> bool {
@@ -183,7 +185,41 @@ impl Model {
             our,
             fsid,
             res: Vec::new(),
+            deadlock: false,
         }
+    }
+
+    /// Linux's `posix_locks_deadlock` by scans: from `i`'s first blocker, follow what each
+    /// owner waits for (its first waiter by number, range and mode, then that waiter's first
+    /// blocker), 10 steps at most; a deadlock when it comes back to `i`'s owner.
+    fn would_deadlock(&self, r: usize, i: &PlockInfo) -> bool {
+        let me = (i.nodeid, i.owner);
+        let Some(b) = self.res[r].conflict(i) else {
+            return false;
+        };
+        let mut owner = (self.res[r].locks[b].nodeid, self.res[r].locks[b].owner);
+        for _ in 0..10 {
+            if owner == me {
+                return true;
+            }
+            let Some(w) = self
+                .res
+                .iter()
+                .flat_map(|x| x.waiters.iter())
+                .filter(|w| (w.nodeid, w.owner) == owner)
+                .min_by_key(|w| (w.number, w.start, w.end, w.ex))
+            else {
+                return false;
+            };
+            let Some(rr) = self.find(w.number) else {
+                return false;
+            };
+            let Some(b) = self.res[rr].conflict(w) else {
+                return false;
+            };
+            owner = (self.res[rr].locks[b].nodeid, self.res[rr].locks[b].owner);
+        }
+        false
     }
 
     fn find(&self, number: u64) -> Option<usize> {
@@ -231,7 +267,11 @@ impl Model {
             PlockOp::LOCK => {
                 let r = self.find_or_create(i.number);
                 if self.res[r].conflict(i).is_some() {
-                    if i.wait {
+                    if i.wait && self.deadlock && self.would_deadlock(r, i) {
+                        if ours {
+                            out.push(PlockInfo { rv: -35, ..*i });
+                        }
+                    } else if i.wait {
                         self.res[r].waiters.push(*i);
                     } else if ours {
                         out.push(PlockInfo { rv: -11, ..*i });

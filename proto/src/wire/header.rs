@@ -144,6 +144,10 @@ impl HeaderFlags {
     /// This project's extension, on START: the sender runs native mode
     /// (docs/native-mode.md); a started change is native when every member sent it.
     pub const NATIVE: u32 = 0x200;
+    /// This project's extension, on START: the sender answers a blocking LOCK that would
+    /// close a cycle of waiting owners with -EDEADLK (`plock_deadlock_detect=1`); a started
+    /// change detects deadlocks when every member sent it.
+    pub const DEADLOCK_AWARE: u32 = 0x400;
 
     /// Whether every bit of `bit` is set.
     pub fn has(self, bit: u32) -> bool {
