@@ -242,14 +242,7 @@ fn plocks_across_nodes_and_state_transfer() {
 /// other's): both wait, and `dlm_tool plocks --waits` on the third node shows the cycle
 /// with both pids (issue 17).
 fn crosswise_deadlock_is_shown_on_any_node(c: &Cluster, k1: &FakeKernel, k2: &FakeKernel) {
-    k1.send_plock(&req(PlockOp::LOCK, 31, 20, false, 0, 0))
-        .expect("send");
-    assert_eq!(reply(k1).rv, 0);
-    k2.send_plock(&req(PlockOp::LOCK, 32, 21, false, 0, 0))
-        .expect("send");
-    assert_eq!(reply(k2).rv, 0);
-    k1.send_plock(&req(PlockOp::LOCK, 31, 21, true, 0, 0))
-        .expect("send");
+    hold_crosswise(k1, k2);
     k2.send_plock(&req(PlockOp::LOCK, 32, 20, true, 0, 0))
         .expect("send");
     let ours = std::env::current_exe()
@@ -298,6 +291,19 @@ fn crosswise_deadlock_is_shown_on_any_node(c: &Cluster, k1: &FakeKernel, k2: &Fa
     assert!(k2.recv_plock_raw(Duration::from_millis(300)).is_none());
 }
 
+/// Owner 31 on node 1 holds inode 20, owner 32 on node 2 inode 21, and owner 31 asks for
+/// inode 21 (it waits); owner 32 asking for inode 20 next closes the cycle.
+fn hold_crosswise(k1: &FakeKernel, k2: &FakeKernel) {
+    k1.send_plock(&req(PlockOp::LOCK, 31, 20, false, 0, 0))
+        .expect("send");
+    assert_eq!(reply(k1).rv, 0);
+    k2.send_plock(&req(PlockOp::LOCK, 32, 21, false, 0, 0))
+        .expect("send");
+    assert_eq!(reply(k2).rv, 0);
+    k1.send_plock(&req(PlockOp::LOCK, 31, 21, true, 0, 0))
+        .expect("send");
+}
+
 /// With `plock_deadlock_detect=1` on every node, the F_SETLKW that would close a cycle
 /// of owners on two nodes is answered EDEADLK (the other still waits), on any node's
 /// request, and no table holds the refused waiter (issue 17).
@@ -309,14 +315,7 @@ fn deadlock_detection_refuses_the_request_that_closes_a_cycle() {
     }
     assert!(kernels[2].wait_records(T, |r| members(r) == vec![1, 2, 3]));
     let (k1, k2) = (&kernels[0], &kernels[1]);
-    k1.send_plock(&req(PlockOp::LOCK, 31, 20, false, 0, 0))
-        .expect("send");
-    assert_eq!(reply(k1).rv, 0);
-    k2.send_plock(&req(PlockOp::LOCK, 32, 21, false, 0, 0))
-        .expect("send");
-    assert_eq!(reply(k2).rv, 0);
-    k1.send_plock(&req(PlockOp::LOCK, 31, 21, true, 0, 0))
-        .expect("send");
+    hold_crosswise(k1, k2);
     // node 1's request waits; node 2's would close the cycle
     std::thread::sleep(Duration::from_millis(300));
     k2.send_plock(&req(PlockOp::LOCK, 32, 20, true, 0, 0))

@@ -630,15 +630,21 @@ fn all_fenced(c: &Cluster, victim: u32, seed: u64) {
     }
 }
 
+/// Four nodes up for 20 s, then node 4 fails: node 1, the lowest, runs its agent.
+fn node_4_failed(seed: u64) -> Cluster {
+    let mut c = three(seed, "");
+    c.start(4);
+    c.tick(20);
+    c.crash(4);
+    assert_eq!(c.node(1).running.len(), 1, "seed {seed}");
+    c
+}
+
 #[test]
 fn the_fencer_crashing_mid_agent_hands_the_work_to_the_next_survivor() {
     for seed in 1..=200 {
-        let mut c = three(seed, "");
-        c.start(4);
-        c.tick(20);
-        c.crash(4);
-        // node 1, the lowest, runs the agent for 4 and dies with it running
-        assert_eq!(c.node(1).running.len(), 1, "seed {seed}");
+        // node 1 dies with its agent for 4 running
+        let mut c = node_4_failed(seed);
         c.crash(1);
         c.tick(1);
         // node 2 fences both: 1 (just failed) and 4 (never fenced), one agent at a time
@@ -662,11 +668,7 @@ fn the_fencer_crashing_mid_agent_hands_the_work_to_the_next_survivor() {
 #[test]
 fn a_fence_result_racing_a_confchg_is_applied_by_every_survivor() {
     for seed in 1..=200 {
-        let mut c = three(seed, "");
-        c.start(4);
-        c.tick(20);
-        c.crash(4);
-        assert_eq!(c.node(1).running.len(), 1, "seed {seed}");
+        let mut c = node_4_failed(seed);
         // the agent succeeds; its FENCE_RESULT is multicast, and before anyone has it
         // node 3 fails: the bus orders the result and the confchg as it will
         let now = at(c.now);

@@ -13,10 +13,10 @@ prepare_share() {
     mkdir -p "$run"/share/{guest,bin,conf,out,sync}
     cp "$here"/guest/*.sh "$here"/guest/*.py "$run/share/guest/"
     if [[ $need_rust == yes ]]; then
-        (cd "$repo" && cargo build --profile "$PROFILE" --locked -p dlm_controld --quiet)
+        (cd "$repo" && cargo build --profile "$PROFILE" --locked -p dlm_controld -p dlm_tool --quiet)
         local dir=$PROFILE
         [[ $PROFILE == dev ]] && dir=debug
-        cp "$repo/target/$dir/dlm_controld" "$run/share/bin/"
+        cp "$repo/target/$dir/dlm_controld" "$repo/target/$dir/dlm_tool" "$run/share/bin/"
         cp "$repo/systemd/dlm.service" "$run/share/conf/"
     fi
     printf 'enable_fencing=0\n' >"$run/share/conf/dlm.conf"

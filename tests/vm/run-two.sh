@@ -33,7 +33,7 @@ echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out"
 out=$RUN/share/out
 for n in 1 2; do
     echo "=== node $n ($(cat "$RUN/share/conf/daemon$n"))"
-    for f in plocks.txt ls.txt recovery.txt; do
+    for f in plocks.txt crosswise.txt ls.txt recovery.txt; do
         [[ -f $out/node$n/$f ]] && { echo "--- $f"; cat "$out/node$n/$f"; }
     done
     [[ -f $out/node$n/dump.txt ]] && echo "--- dump.txt: $(wc -l <"$out/node$n/dump.txt") lines"
@@ -42,6 +42,10 @@ same=no
 cmp -s "$out/node1/dump.txt" "$out/node2/dump.txt" && same=yes
 echo "the two daemons' dumps are byte-identical: $same"
 # then node 2 failed and node 1 recovered without it
+# the crosswise deadlock ran (our dlm_tool is in the share whenever ours runs) and passed
+for n in 1 2; do
+    [[ ! -x $RUN/share/bin/dlm_tool ]] || grep -q '^RESULT ok' "$out/node$n/crosswise.txt" || exit 1
+done
 grep -q '^RESULT ok' "$out/node1/plocks.txt" && grep -q '^RESULT ok' "$out/node2/plocks.txt" &&
     [[ $same == yes && $(wc -l <"$out/node1/dump.txt") -eq 200 ]] &&
     [[ -f $out/node2/crashed ]] && grep -q '^RESULT ok' "$out/node1/recovery.txt" &&

@@ -106,6 +106,86 @@ if len(sys.argv) > 4 and sys.argv[4] == "bench":
     sys.exit(0)
 
 
+def crosswise(detect):
+    """A process per node locks crosswise on one file: node 1's holds byte 0 and waits
+    for byte 1, node 2's holds byte 1 and asks for byte 0. With deadlock detection
+    (`detect`, every daemon ours with plock_deadlock_detect=1) node 2's F_SETLKW returns
+    EDEADLK; without, both wait, and our `dlm_tool plocks --waits` on either node shows the
+    cycle with both pids; node 2's process is then killed and node 1's granted."""
+    import signal
+    import subprocess
+
+    path = os.path.join(d, "cross")
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(r)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT)
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, n - 1)
+        mark("xlocked", str(os.getpid()))
+        wait("xlocked", other)
+        if n == 2:
+            wait("xasking", 1)
+            time.sleep(2.0)  # node 1's request is a waiter everywhere by now
+        else:
+            mark("xasking")
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX, 1, other - 1)  # F_SETLKW
+            os.write(w, b"granted")
+        except OSError as e:
+            os.write(w, b"errno %d" % e.errno)
+        os._exit(0)
+    os.close(w)
+    mine = int(wait("xlocked", n))
+    theirs = int(wait("xlocked", other))
+    wait("xasking", 1)
+    if detect:
+        if n == 2:
+            got = os.read(r, 64).decode()
+            check("node 2: the F_SETLKW closing the cycle gets EDEADLK", got == "errno 35", got)
+            mark("xrefused")
+            os.waitpid(child, 0)  # its exit releases byte 1: node 1's process is granted
+        else:
+            got = os.read(r, 64).decode()
+            check("node 1: its F_SETLKW is granted once node 2's process ends", got == "granted", got)
+            os.waitpid(child, 0)
+        mark("xdone")
+        wait("xdone", other)
+        return
+    time.sleep(3.0)
+    waits = ""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        waits = subprocess.run(["/host/bin/dlm_tool", "plocks", "--waits", "gfs0"],
+                               capture_output=True, text=True).stdout
+        if "2 owners in a cycle" in waits:
+            break
+        time.sleep(0.5)
+    print(waits, flush=True)
+    cyc = [l for l in waits.splitlines() if l.endswith("DEADLOCK (cycle)")]
+    check("node %d: plocks --waits shows the cycle with both pids" % n,
+          len(cyc) == 2 and any(" pid %d " % mine in l for l in cyc)
+          and any(" pid %d " % theirs in l for l in cyc), cyc)
+    mark("xseen")
+    wait("xseen", other)
+    if n == 2:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        mark("xkilled")
+    else:
+        wait("xkilled", 2)
+        got = os.read(r, 64).decode()
+        check("node 1: granted once node 2's process is killed", got == "granted", got)
+        os.waitpid(child, 0)
+    mark("xdone")
+    wait("xdone", other)
+
+
+if len(sys.argv) > 4 and sys.argv[4] == "crosswise":
+    crosswise(len(sys.argv) > 5 and sys.argv[5] == "detect")
+    finish()
+
+
 def holder_then_waiter(first):
     """`first` takes 0-9 and unlocks once the other waits; the other checks and waits."""
     tag = "r%d" % first

@@ -45,6 +45,14 @@ dlm_tool ls
 [ -f /host/conf/bench ] && python3 /host/guest/plocks2.py "$N" /mnt $SYNC bench >$OUT/bench.txt 2>&1
 python3 /host/guest/plocks2.py "$N" /mnt $SYNC >$OUT/plocks.txt 2>&1
 echo "plocks2.py exit $?" >>$OUT/plocks.txt
+# processes locking crosswise on the two nodes (a deadlock across nodes), when our
+# dlm_tool is in the share: detected with plock_deadlock_detect=1, else shown by --waits
+if [ -x /host/bin/dlm_tool ]; then
+    detect=
+    grep -q '^plock_deadlock_detect=1' /host/conf/dlm.conf && detect=detect
+    python3 /host/guest/plocks2.py "$N" /mnt $SYNC crosswise $detect >$OUT/crosswise.txt 2>&1
+    echo "crosswise exit $?" >>$OUT/crosswise.txt
+fi
 barrier held
 dlm_tool plocks gfs0 >$OUT/dump.txt
 dlm_tool ls >$OUT/ls.txt
