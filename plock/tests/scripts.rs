@@ -11,6 +11,8 @@
 //!   cancel n=1 o=1 ino=1 0-9 wr|rd [pid=N]
 //!   op=9 n=1 o=1 ino=1 0-9        (an op no kernel sends)
 //!   purge n=2
+//!   deadlock on|off               (deadlock detection on every replica, as a started
+//!                                  change agrees it)
 //!
 //! `DLM_REWRITE=1 cargo test -p dlm-plock --test scripts` rewrites the expectations; review
 //! the diff against plock-spec before committing it.
@@ -129,6 +131,12 @@ impl World {
     }
 
     fn run(&mut self, line: &str, now: u64, out: &mut String) -> Result<(), String> {
+        if let Some(v) = line.strip_prefix("deadlock ") {
+            let on = v.trim() == "on";
+            self.engines.iter_mut().for_each(|e| e.set_deadlock_detect(on));
+            self.models.iter_mut().for_each(|m| m.deadlock = on);
+            return Ok(());
+        }
         let (msg, purge) = parse(line)?;
         for (e, m) in self.engines.iter_mut().zip(&mut self.models) {
             let mut got = Vec::new();
