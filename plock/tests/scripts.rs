@@ -133,7 +133,9 @@ impl World {
     fn run(&mut self, line: &str, now: u64, out: &mut String) -> Result<(), String> {
         if let Some(v) = line.strip_prefix("deadlock ") {
             let on = v.trim() == "on";
-            self.engines.iter_mut().for_each(|e| e.set_deadlock_detect(on));
+            self.engines
+                .iter_mut()
+                .for_each(|e| e.set_deadlock_detect(on));
             self.models.iter_mut().for_each(|m| m.deadlock = on);
             return Ok(());
         }
