@@ -16,6 +16,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dlm_proto::LockspaceName;
 use dlm_proto::query::{
     Command, DUMP_SIZE, DlmcHeader, DlmcNode, FLAG_DUMP_AGES, FLAG_UNCAPPED_DUMP, FailReason,
     HEADER_SIZE, LOCKSPACE_SIZE, NodeFlags, NodesKind, QUERY_SOCK_NAME, Request,
@@ -235,7 +236,7 @@ async fn answer(
     h: &DlmcHeader,
     req: Request,
 ) -> io::Result<bool> {
-    let (reply, payload): (DlmcHeader, Vec<u8>) = match req {
+    let (reply, payload): Reply = match req {
         Request::DumpDebug => (
             DlmcHeader::new(Command::DUMP_DEBUG),
             crate::log::dump_debug(),
@@ -245,131 +246,15 @@ async fn answer(
             DlmcHeader::new(Command::DUMP_DEBUG),
             crate::log::dump_plock(),
         ),
-        Request::DumpStatus => {
-            // a stream of dlmc_state records without a header, then close
-            let recs = status
-                .lock()
-                .map(|st| st.records(crate::clock::monotonic_secs()))
-                .unwrap_or_default();
-            let mut out = Vec::new();
-            for r in &recs {
-                r.encode_into(&mut out);
-            }
-            s.write_all(&out).await?;
-            s.shutdown().await?;
-            return Ok(true);
-        }
-        Request::NodeInfo { lockspace, nodeid } => {
-            let n = lockspace.to_str_lossy().into_owned();
-            match report(reg, &n).await {
-                Some(r) => {
-                    let id = u32::try_from(nodeid).unwrap_or(0);
-                    let known = r.history.iter().any(|(x, _)| *x == id);
-                    // an unknown node: its id and zeros (observed)
-                    let rec = if known {
-                        node(&r, id, &r.members)
-                    } else {
-                        DlmcNode {
-                            nodeid,
-                            flags: NodeFlags(0),
-                            added_seq: 0,
-                            removed_seq: 0,
-                            fail_reason: FailReason::from_raw(0),
-                            fail_walltime: 0,
-                            fail_monotime: 0,
-                        }
-                    };
-                    (DlmcHeader::new(Command::NODE_INFO), rec.encode().to_vec())
-                }
-                None => (
-                    DlmcHeader {
-                        data: -ENOENT,
-                        ..DlmcHeader::new(Command::NODE_INFO)
-                    },
-                    vec![0u8; dlm_proto::query::NODE_SIZE],
-                ),
-            }
-        }
-        Request::LockspaceInfo(name) => {
-            let n = name.to_str_lossy().into_owned();
-            match report(reg, &n).await {
-                Some(r) => (
-                    DlmcHeader::new(Command::LOCKSPACE_INFO),
-                    r.info.encode().to_vec(),
-                ),
-                // C sends stale stack bytes here; zeros
-                None => (
-                    DlmcHeader {
-                        data: -ENOENT,
-                        ..DlmcHeader::new(Command::LOCKSPACE_INFO)
-                    },
-                    vec![0u8; LOCKSPACE_SIZE],
-                ),
-            }
-        }
-        Request::Lockspaces { .. } => {
-            // 4.2.0 returns every lockspace whatever max says (observed)
-            let rs = reports(reg, false).await;
-            let mut p = Vec::new();
-            for r in &rs {
-                p.extend_from_slice(&r.info.encode());
-            }
-            let count = i32::try_from(rs.len()).unwrap_or(i32::MAX);
-            (
-                DlmcHeader {
-                    data: count,
-                    ..DlmcHeader::new(Command::LOCKSPACES)
-                },
-                p,
-            )
-        }
+        Request::DumpStatus => return dump_status(s, status).await.map(|()| true),
+        Request::NodeInfo { lockspace, nodeid } => node_info(reg, &lockspace, nodeid).await,
+        Request::LockspaceInfo(name) => lockspace_info(reg, &name).await,
+        Request::Lockspaces { .. } => lockspaces(reg).await,
         Request::LockspaceNodes {
             lockspace,
             kind,
             max,
-        } => {
-            let n = lockspace.to_str_lossy().into_owned();
-            match report(reg, &n).await {
-                None => (
-                    DlmcHeader {
-                        data: -ENOENT,
-                        ..DlmcHeader::new(Command::LOCKSPACE_NODES)
-                    },
-                    Vec::new(),
-                ),
-                Some(r) => {
-                    let chosen = if r.next_members.is_empty() {
-                        &r.members
-                    } else {
-                        &r.next_members
-                    };
-                    let ids: Vec<u32> = match kind {
-                        NodesKind::Members => r.members.clone(),
-                        NodesKind::Next => r.next_members.clone(),
-                        NodesKind::All => r.history.iter().map(|(n, _)| *n).collect(),
-                        NodesKind::Other(_) => Vec::new(),
-                    };
-                    let rel = match kind {
-                        NodesKind::Members => &r.members,
-                        NodesKind::Next => &r.next_members,
-                        _ => chosen,
-                    };
-                    let max = usize::try_from(max.max(0)).unwrap_or(0);
-                    let mut p = Vec::new();
-                    for id in ids.iter().take(max) {
-                        p.extend_from_slice(&node(&r, *id, rel).encode());
-                    }
-                    let count = i32::try_from(ids.len().min(max)).unwrap_or(0);
-                    (
-                        DlmcHeader {
-                            data: count,
-                            ..DlmcHeader::new(Command::LOCKSPACE_NODES)
-                        },
-                        p,
-                    )
-                }
-            }
-        }
+        } => lockspace_nodes(reg, &lockspace, kind, max).await,
         Request::DumpRun => (
             DlmcHeader::new(Command::DUMP_RUN),
             status
@@ -381,48 +266,7 @@ async fn answer(
             DlmcHeader::new(Command::DUMP_CONFIG),
             config_dump.as_bytes().to_vec(),
         ),
-        Request::DumpPlocks(name) => {
-            let n = name.to_str_lossy().into_owned();
-            let tx = reg.lock().ok().and_then(|m| m.get(&n).cloned());
-            // the real dlm_tool reads at most DLMC_DUMP_SIZE: whole lines up to it,
-            // unless the client asked for everything (our dlm_tool does)
-            let cap = if h.flags & FLAG_UNCAPPED_DUMP != 0 {
-                MAX_REPLY
-            } else {
-                DUMP_SIZE
-            };
-            let text = match tx {
-                Some(tx) => plock_dump(&tx, h.flags & FLAG_DUMP_AGES != 0, cap).await,
-                None => None,
-            };
-            match text {
-                None => (
-                    DlmcHeader {
-                        data: -ENOENT,
-                        ..DlmcHeader::new(Command::DUMP_PLOCKS)
-                    },
-                    Vec::new(),
-                ),
-                Some(t) => {
-                    let mut end = t.len();
-                    let mut data = 0;
-                    if end >= cap {
-                        end = t.as_bytes()[..cap]
-                            .iter()
-                            .rposition(|&b| b == b'\n')
-                            .map_or(0, |i| i + 1);
-                        data = -ENOSPC;
-                    }
-                    (
-                        DlmcHeader {
-                            data,
-                            ..DlmcHeader::new(Command::DUMP_PLOCKS)
-                        },
-                        t.as_bytes()[..end].to_vec(),
-                    )
-                }
-            }
-        }
+        Request::DumpPlocks(name) => dump_plocks(reg, &name, h.flags).await,
         other => {
             // main-socket commands and those not served yet: closed without a reply
             tracing::debug!("query socket: command {:?} not served", h.command);
@@ -439,4 +283,141 @@ async fn answer(
     s.write_all(&payload).await?;
     s.shutdown().await?;
     Ok(true)
+}
+
+/// A reply header (its name and payload length are filled in last) and its payload.
+type Reply = (DlmcHeader, Vec<u8>);
+
+/// `command`'s reply header with `data` (a count, 0, or a negative errno).
+fn header(command: Command, data: i32) -> DlmcHeader {
+    DlmcHeader {
+        data,
+        ..DlmcHeader::new(command)
+    }
+}
+
+/// No such lockspace: -ENOENT, with the payload C's client expects to read (zeros).
+fn no_lockspace(command: Command, payload_len: usize) -> Reply {
+    (header(command, -ENOENT), vec![0u8; payload_len])
+}
+
+/// DUMP_STATUS: a stream of dlmc_state records without a header, then close.
+async fn dump_status(s: &mut UnixStream, status: &SharedStatus) -> io::Result<()> {
+    let recs = status
+        .lock()
+        .map(|st| st.records(crate::clock::monotonic_secs()))
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for r in &recs {
+        r.encode_into(&mut out);
+    }
+    s.write_all(&out).await?;
+    s.shutdown().await
+}
+
+async fn node_info(reg: &Registry, lockspace: &LockspaceName, nodeid: i32) -> Reply {
+    let Some(r) = report(reg, &lockspace.to_str_lossy()).await else {
+        return no_lockspace(Command::NODE_INFO, dlm_proto::query::NODE_SIZE);
+    };
+    let id = u32::try_from(nodeid).unwrap_or(0);
+    // an unknown node: its id and zeros (observed)
+    let rec = if r.history.iter().any(|(x, _)| *x == id) {
+        node(&r, id, &r.members)
+    } else {
+        DlmcNode {
+            nodeid,
+            flags: NodeFlags(0),
+            added_seq: 0,
+            removed_seq: 0,
+            fail_reason: FailReason::from_raw(0),
+            fail_walltime: 0,
+            fail_monotime: 0,
+        }
+    };
+    (DlmcHeader::new(Command::NODE_INFO), rec.encode().to_vec())
+}
+
+async fn lockspace_info(reg: &Registry, name: &LockspaceName) -> Reply {
+    match report(reg, &name.to_str_lossy()).await {
+        Some(r) => (
+            DlmcHeader::new(Command::LOCKSPACE_INFO),
+            r.info.encode().to_vec(),
+        ),
+        // C sends stale stack bytes here; zeros
+        None => no_lockspace(Command::LOCKSPACE_INFO, LOCKSPACE_SIZE),
+    }
+}
+
+/// LOCKSPACES: 4.2.0 returns every lockspace whatever max says (observed).
+async fn lockspaces(reg: &Registry) -> Reply {
+    let rs = reports(reg, false).await;
+    let mut p = Vec::new();
+    for r in &rs {
+        p.extend_from_slice(&r.info.encode());
+    }
+    let count = i32::try_from(rs.len()).unwrap_or(i32::MAX);
+    (header(Command::LOCKSPACES, count), p)
+}
+
+async fn lockspace_nodes(
+    reg: &Registry,
+    lockspace: &LockspaceName,
+    kind: NodesKind,
+    max: i32,
+) -> Reply {
+    let Some(r) = report(reg, &lockspace.to_str_lossy()).await else {
+        return no_lockspace(Command::LOCKSPACE_NODES, 0);
+    };
+    let chosen = if r.next_members.is_empty() {
+        &r.members
+    } else {
+        &r.next_members
+    };
+    let (ids, rel): (Vec<u32>, &Vec<u32>) = match kind {
+        NodesKind::Members => (r.members.clone(), &r.members),
+        NodesKind::Next => (r.next_members.clone(), &r.next_members),
+        NodesKind::All => (r.history.iter().map(|(n, _)| *n).collect(), chosen),
+        NodesKind::Other(_) => (Vec::new(), chosen),
+    };
+    let max = usize::try_from(max.max(0)).unwrap_or(0);
+    let mut p = Vec::new();
+    for id in ids.iter().take(max) {
+        p.extend_from_slice(&node(&r, *id, rel).encode());
+    }
+    let count = i32::try_from(ids.len().min(max)).unwrap_or(0);
+    (header(Command::LOCKSPACE_NODES, count), p)
+}
+
+/// DUMP_PLOCKS: the real dlm_tool reads at most DLMC_DUMP_SIZE, so whole lines up to it
+/// (then -ENOSPC), unless the client asked for everything (our dlm_tool does).
+async fn dump_plocks(reg: &Registry, name: &LockspaceName, flags: i32) -> Reply {
+    let tx = reg
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&*name.to_str_lossy()).cloned());
+    let cap = if flags & FLAG_UNCAPPED_DUMP != 0 {
+        MAX_REPLY
+    } else {
+        DUMP_SIZE
+    };
+    let text = match tx {
+        Some(tx) => plock_dump(&tx, flags & FLAG_DUMP_AGES != 0, cap).await,
+        None => None,
+    };
+    let Some(t) = text else {
+        return no_lockspace(Command::DUMP_PLOCKS, 0);
+    };
+    let mut end = t.len();
+    let mut data = 0;
+    if end >= cap {
+        end = t.as_bytes()[..cap]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        data = -ENOSPC;
+    }
+    (
+        header(Command::DUMP_PLOCKS, data),
+        t.as_bytes()[..end].to_vec(),
+    )
 }
