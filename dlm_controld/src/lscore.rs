@@ -104,8 +104,9 @@ pub struct LsReport {
     pub oldest_waiter_since_ms: Option<u64>,
     /// Messages queued for the group, not yet taken by corosync (filled by the shell).
     pub send_queue: usize,
-    /// Lock owners in a cycle of waiting owners now (a deadlock across nodes), among the
-    /// first [`WAITS_MAX`] lines of the resources with waiters.
+    /// Lock owners in a cycle of waiting owners (a deadlock across nodes), among the first
+    /// [`WAITS_MAX`] lines of the resources with waiters, as last counted
+    /// ([`LsCore::count_cycles`]).
     pub owners_in_cycle: usize,
 }
 
@@ -205,6 +206,8 @@ pub struct LsCore {
     scratch: Vec<dlm_plock::Held>,
     /// The engine's replies to one request, reused.
     replies: Vec<dlm_plock::Reply>,
+    /// Owners in a cycle of waiting owners when last counted.
+    owners_in_cycle: usize,
     /// Moves whenever what [`Self::report`] shows of membership may have changed.
     generation: u64,
     /// A local decision is being applied (its reply is the last one expected).
@@ -248,6 +251,7 @@ impl LsCore {
             stats: NativeStats::default(),
             scratch: Vec::new(),
             replies: Vec::new(),
+            owners_in_cycle: 0,
             generation: 0,
             deciding: false,
         }
@@ -263,6 +267,17 @@ impl LsCore {
     /// Whether our STARTs offer native mode (`plock_native`; on unless turned off).
     pub fn set_native(&mut self, on: bool) {
         self.mem.set_native(on);
+    }
+
+    /// Counts the owners in a cycle of waiting owners for [`Self::report`]: a walk of up
+    /// to [`WAITS_MAX`] lines, so the shell calls it on its once-a-second poll, never per
+    /// query or scrape (which anyone on the node may send).
+    pub fn count_cycles(&mut self) {
+        self.owners_in_cycle = if self.plocks.waiter_count() == 0 {
+            0
+        } else {
+            self.plocks.waits(0, WAITS_MAX).in_cycle.len()
+        };
     }
 
     /// Whether our STARTs offer deadlock detection (`plock_deadlock_detect`; off unless
@@ -1118,7 +1133,7 @@ impl LsCore {
             resources: self.plocks.resource_count(),
             oldest_waiter_since_ms: self.plocks.oldest_waiter_since(),
             send_queue: 0,
-            owners_in_cycle: self.plocks.waits(0, WAITS_MAX).0.in_cycle.len(),
+            owners_in_cycle: self.owners_in_cycle,
         }
     }
 }

@@ -284,7 +284,12 @@ fn crosswise_deadlock_is_shown_on_any_node(c: &Cluster, k1: &FakeKernel, k2: &Fa
             "{text}"
         );
     }
+    // counted on the lockspace's once-a-second poll
     let cycle = "dlm_plock_owners_in_cycle{lockspace=\"foo\"}";
+    let end = std::time::Instant::now() + T;
+    while metric_in_ns(&c.node_ns(3), cycle) != 2.0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert_eq!(metric_in_ns(&c.node_ns(3), cycle), 2.0);
     // neither is answered: without deadlock detection both wait
     assert!(k1.recv_plock_raw(Duration::from_millis(300)).is_none());

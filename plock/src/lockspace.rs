@@ -326,20 +326,19 @@ impl Lockspace {
     }
 
     /// Who blocks whom ([`crate::waits`]) among the resources that have waiters, from at
-    /// most `max_entries` dump lines (a scrape must not walk a huge table: past the bound
-    /// the picture is of the first resources only, and the second value says so).
-    pub fn waits(&self, now: u64, max_entries: usize) -> (crate::Waits, bool) {
-        let numbers: BTreeSet<u64> = self.waiters.values().map(|w| w.info.number).collect();
+    /// most `max_entries` dump lines (a walk of a huge table is bounded: past the bound the
+    /// picture is of the first resources only).
+    pub fn waits(&self, now: u64, max_entries: usize) -> crate::Waits {
+        let numbers: BTreeSet<u64> = self.waiting.iter().map(|k| k.2).collect();
         let mut entries = Vec::new();
-        let mut cut = false;
         for n in numbers {
-            if entries.len() >= max_entries {
-                cut = true;
+            let room = max_entries.saturating_sub(entries.len());
+            if room == 0 {
                 break;
             }
-            entries.extend(self.dump_of(n, now));
+            entries.extend(self.dump_of(n, now).take(room));
         }
-        (crate::waits::waits(&entries), cut)
+        crate::waits::waits(&entries)
     }
 
     /// Bytes held by the table's own structures (slabs and tables exactly, B-trees

@@ -419,6 +419,7 @@ impl Shell {
     fn command(&mut self, cmd: LsCommand, leave: &mut LeaveRetry) {
         match cmd {
             LsCommand::Poll => {
+                self.core.count_cycles();
                 let a = self.with_env(|core, env| core.poll(env));
                 self.perform(a);
             }

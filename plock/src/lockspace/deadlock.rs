@@ -165,6 +165,24 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_picture_reads_no_more_lines_than_its_bound() {
+        let mut a = Lockspace::new(1, 7, 5);
+        for b in 0..50 {
+            let i = PlockInfo {
+                start: b,
+                end: b,
+                wait: false,
+                ..lock(1, 10, 1)
+            };
+            assert_eq!(apply(&mut a, &i), vec![0]);
+        }
+        assert!(apply(&mut a, &lock(2, 20, 1)).is_empty(), "waits");
+        assert_eq!(a.waits(0, 100).waits.len(), 1);
+        // the waiter's line comes after the 50 locks: a bound of 10 never reaches it
+        assert!(a.waits(0, 10).waits.is_empty());
+    }
+
+    #[test]
     fn a_wait_that_closes_no_cycle_is_queued_and_granted_later() {
         let mut a = Lockspace::new(1, 7, 3);
         a.set_deadlock_detect(true);
