@@ -10,15 +10,16 @@ use std::time::Instant;
 
 use dlm_proto::kernel::{PlockInfo, PlockOp};
 
-/// What identifies a local request until its reply: the reply echoes these fields.
-type Key = (u8, u64, u64, u32, u64, u64, bool);
+/// What identifies a local request until its reply: the reply echoes these fields. File
+/// and owner first, so that a CLOSE finds its owner's requests as one range.
+type Key = (u64, u64, u8, u32, u64, u64, bool);
 
 fn key_of(i: &PlockInfo) -> Key {
     if i.op == PlockOp::GET {
         // a GET's reply carries the conflicting lock's range and pid
-        (i.op.0, i.number, i.owner, 0, 0, 0, i.wait)
+        (i.number, i.owner, i.op.0, 0, 0, 0, i.wait)
     } else {
-        (i.op.0, i.number, i.owner, i.pid, i.start, i.end, i.wait)
+        (i.number, i.owner, i.op.0, i.pid, i.start, i.end, i.wait)
     }
 }
 
@@ -66,11 +67,14 @@ impl Outstanding {
         self.take_oldest(key_of(&waiter)).map(|(t0, _)| t0)
     }
 
-    /// A CLOSE: nothing of `owner` on file `number` is answered any more.
+    /// A CLOSE: nothing of `owner` on file `number` is answered any more (a range of the
+    /// tree, not a walk of every outstanding request).
     pub(crate) fn closed(&mut self, number: u64, owner: u64) {
-        if !self.requests.is_empty() {
-            self.requests
-                .retain(|k, _| !(k.1 == number && k.2 == owner));
+        let first = (number, owner, 0, 0, 0, 0, false);
+        let last = (number, owner, u8::MAX, u32::MAX, u64::MAX, u64::MAX, true);
+        let keys: Vec<Key> = self.requests.range(first..=last).map(|(k, _)| *k).collect();
+        for k in keys {
+            self.requests.remove(&k);
         }
     }
 
