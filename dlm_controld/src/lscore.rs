@@ -176,6 +176,8 @@ pub struct LsCore {
     need_plocks: bool,
     /// Plock messages are saved until the transfer ends (`save_plocks`).
     save_plocks: bool,
+    /// We said once that a CANCEL was refused for a C member's sake.
+    cancel_warned: bool,
     saved: Vec<Item>,
     /// While receiving the state: when saving began (ms) and PLOCKS_DATA restored.
     transfer: Option<(u64, u32)>,
@@ -231,6 +233,7 @@ impl LsCore {
             plocks: PlockTable::new(our, gid, seed),
             need_plocks: true,
             save_plocks: false,
+            cancel_warned: false,
             saved: Vec::new(),
             transfer: None,
             data_from: 0,
@@ -278,6 +281,12 @@ impl LsCore {
         } else {
             self.plocks.waits(0, WAITS_MAX).in_cycle.len()
         };
+    }
+
+    /// Whether our STARTs say the C members of a lockspace apply CANCEL
+    /// (`c_peers_apply_cancel`; off unless turned on): see `Membership::started_applies_cancel`.
+    pub fn set_c_peers_cancel(&mut self, on: bool) {
+        self.mem.set_c_peers_cancel(on);
     }
 
     /// Whether our STARTs offer deadlock detection (`plock_deadlock_detect`; off unless
@@ -647,6 +656,28 @@ impl LsCore {
     /// A request of ours to CPG: a NATIVE entry (claiming a resource nobody owns and no
     /// other node used lately) or, in a C-compatible lockspace, a PLOCK message.
     fn send_request(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
+        if info.op == dlm_proto::kernel::PlockOp::CANCEL && !self.mem.started_applies_cancel() {
+            // a C member might apply it (4.3) or not (4.2) while our kernel goes on waiting
+            // on -EINVAL: multicast nothing and answer as C 4.2 does, the waiter staying
+            // on every replica (the process keeps waiting, uninterruptibly, as with C 4.2)
+            self.deciding = true;
+            self.reply(
+                PlockInfo {
+                    rv: -dlm_proto::errno::EINVAL,
+                    ..*info
+                },
+                out,
+            );
+            self.deciding = false;
+            if !std::mem::replace(&mut self.cancel_warned, true) {
+                tracing::warn!(
+                    "{} plock CANCEL answered -EINVAL: a C member may not apply it (set \
+                     c_peers_apply_cancel=1 on every node of ours if all C daemons are 4.3 or later)",
+                    self.name
+                );
+            }
+            return;
+        }
         self.local.sent(info.number);
         if self.native_sending {
             // replicas have what we decided on it before they apply this
@@ -837,11 +868,10 @@ impl LsCore {
     /// The engine applies a request; our replies leave in the kernel's order.
     fn engine_apply(&mut self, now_ms: u64, from: u32, info: &PlockInfo, out: &mut Vec<Action>) {
         if info.op == dlm_proto::kernel::PlockOp::CANCEL
-            && !self.mem.started_members_have(HeaderFlags::CANCEL_AWARE)
+            && !self.mem.started_applies_cancel_from(from)
         {
-            // a C 4.x member reads CANCEL as an unknown op and keeps the waiter: so do
-            // we, on every node alike (the members' START flags decide, in total order),
-            // and the originator answers -EINVAL as C does
+            // a C member's CANCEL: a C 4.2 originator kept the waiter, so do we, on every
+            // node alike (the members' START flags decide, in total order)
             if from == self.our {
                 self.reply(
                     PlockInfo {

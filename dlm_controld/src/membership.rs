@@ -211,6 +211,8 @@ pub struct Membership {
     native: bool,
     /// `plock_deadlock_detect=1`: our START says so (and offers no native mode).
     deadlock: bool,
+    /// `c_peers_apply_cancel=1`: our START says the C members apply CANCEL.
+    c_peers_cancel: bool,
     need_plocks: bool,
     cpg_ring_seq: u64,
     ring_wait: bool,
@@ -236,6 +238,7 @@ impl Membership {
             need_plocks: true,
             native: true,
             deadlock: false,
+            c_peers_cancel: false,
             cpg_ring_seq: 0,
             ring_wait: false,
             wait: WaitCondition::None,
@@ -251,6 +254,38 @@ impl Membership {
     /// offer no native mode: a local decision would hide waits the detection depends on.
     pub fn set_deadlock(&mut self, on: bool) {
         self.deadlock = on;
+    }
+
+    /// Whether our STARTs say the C members apply CANCEL (`c_peers_apply_cancel`).
+    pub fn set_c_peers_cancel(&mut self, on: bool) {
+        self.c_peers_cancel = on;
+    }
+
+    /// Whether the started change applies plock CANCEL, on every replica alike: all its
+    /// members are ours, or every member of ours says the C members apply it too. A C 4.2
+    /// member keeps the waiter, a C 4.3 one removes it, and the wire does not tell which.
+    pub fn started_applies_cancel(&self) -> bool {
+        let Some(c) = self.started.as_ref() else {
+            return false;
+        };
+        let ours = |f: u32| f & HeaderFlags::CANCEL_AWARE != 0;
+        c.members.iter().all(|m| ours(m.start_flags))
+            || c.members
+                .iter()
+                .all(|m| !ours(m.start_flags) || m.start_flags & HeaderFlags::C_PEERS_CANCEL != 0)
+    }
+
+    /// Whether a CANCEL multicast by `from` is applied: by the rule above, or whenever its
+    /// sender is ours (ours multicast CANCEL only while the rule held, so if a change let a
+    /// C member in since, removing the waiter as the originator did can leave at most a
+    /// lock nobody holds on that member's replica, never a held lock missing from ours).
+    pub fn started_applies_cancel_from(&self, from: u32) -> bool {
+        self.started_applies_cancel()
+            || self.started.as_ref().is_some_and(|c| {
+                c.members
+                    .iter()
+                    .any(|m| m.nodeid == from && m.start_flags & HeaderFlags::CANCEL_AWARE != 0)
+            })
     }
 
     /// We asked to leave (`dlm_leave_lockspace`); the leave completes at our confchg.
@@ -764,6 +799,9 @@ impl Membership {
             f |= HeaderFlags::DEADLOCK_AWARE;
         } else if self.native {
             f |= HeaderFlags::NATIVE;
+        }
+        if self.c_peers_cancel {
+            f |= HeaderFlags::C_PEERS_CANCEL;
         }
         if self.joining {
             f |= HeaderFlags::JOINING;

@@ -258,6 +258,10 @@ fn c_and_rust_daemons_share_lockspaces_plocks_and_fencing() {
         .expect("send");
     let r = reply(k1);
     assert_eq!((r.op, r.rv), (PlockOp::CANCEL, -22), "{r:?}");
+    // and never reaches the C daemon (a C 4.3 would apply it while our kernel waits on)
+    let log = m.dlm_tool(3, &["log_plock"]);
+    assert!(log.contains("receive plock 7 LK WR 32-3b"), "{log}");
+    assert!(!log.contains("receive plock 7 ??"), "{log}");
     // ours on node 2 holds another range; GET on the C node finds it
     k2.send_plock(&req(PlockOp::LOCK, 22, 7, false, 200, 299))
         .expect("send");

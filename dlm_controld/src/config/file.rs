@@ -94,6 +94,9 @@ pub struct ConfFile {
     /// This build's own `plock_deadlock_detect=0|1` (off when absent): a blocking request
     /// that would close a cycle of waiting owners is answered -EDEADLK.
     pub plock_deadlock_detect: Option<bool>,
+    /// This build's own `c_peers_apply_cancel=0|1` (off when absent): the C daemons this
+    /// one shares lockspaces with apply plock CANCEL (dlm 4.3.0 and later).
+    pub c_peers_apply_cancel: Option<bool>,
 }
 
 impl ConfFile {
@@ -157,18 +160,20 @@ pub fn parse_conf(text: &str) -> Result<ConfFile, ConfError> {
             continue;
         }
         // this build's own keys (the C daemon warns about them and goes on)
-        if let ("plock_native" | "plock_deadlock_detect", Some((_, v))) = (key, raw.split_once('='))
+        if let ("plock_native" | "plock_deadlock_detect" | "c_peers_apply_cancel", Some((_, v))) =
+            (key, raw.split_once('='))
         {
             let v = match v.split_whitespace().next().unwrap_or_default() {
                 "0" => false,
                 "1" => true,
                 _ => return Err(err(&format!("{key} must be 0 or 1"))),
             };
-            if key == "plock_native" {
-                conf.plock_native = Some(v);
-            } else {
-                conf.plock_deadlock_detect = Some(v);
-            }
+            let slot = match key {
+                "plock_native" => &mut conf.plock_native,
+                "plock_deadlock_detect" => &mut conf.plock_deadlock_detect,
+                _ => &mut conf.c_peers_apply_cancel,
+            };
+            *slot = Some(v);
             section = Section::None;
             continue;
         }
@@ -373,6 +378,9 @@ connect bar node=1 port=5
 
     #[test]
     fn this_builds_own_plock_keys() {
+        let c = parse_conf("c_peers_apply_cancel=1\n").expect("parses");
+        assert_eq!(c.c_peers_apply_cancel, Some(true));
+        assert_eq!(parse_conf("").expect("parses").c_peers_apply_cancel, None);
         let c = parse_conf("plock_native=0\nplock_deadlock_detect=1\n").expect("parses");
         assert_eq!(
             (c.plock_native, c.plock_deadlock_detect),

@@ -628,6 +628,7 @@ pub(crate) async fn run(
     };
     ls.core.set_native(ls.ctx.native);
     ls.core.set_deadlock_detect(ls.ctx.deadlock);
+    ls.core.set_c_peers_cancel(ls.ctx.c_peers_cancel);
     ls.drain();
     let mut last_flush = Flush::Empty;
     let mut batch_due = None;

@@ -121,6 +121,7 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         registry: registry.clone(),
         native: st.args.config.file.plock_native.unwrap_or(true),
         deadlock: st.args.config.file.plock_deadlock_detect.unwrap_or(false),
+        c_peers_cancel: st.args.config.file.c_peers_apply_cancel.unwrap_or(false),
     };
     let signal = |k: tokio::signal::unix::SignalKind, what| {
         tokio::signal::unix::signal(k).map_err(|e| DaemonError::Io(what, e))

@@ -542,6 +542,8 @@ pub(crate) struct LsContext {
     pub(crate) native: bool,
     /// `plock_deadlock_detect`: our STARTs offer deadlock detection.
     pub(crate) deadlock: bool,
+    /// `c_peers_apply_cancel`: our STARTs say the C members apply CANCEL.
+    pub(crate) c_peers_cancel: bool,
 }
 
 #[cfg(test)]

@@ -148,6 +148,11 @@ impl HeaderFlags {
     /// close a cycle of waiting owners with -EDEADLK (`plock_deadlock_detect=1`); a started
     /// change detects deadlocks when every member sent it.
     pub const DEADLOCK_AWARE: u32 = 0x400;
+    /// This project's extension, on START: the sender was told (`c_peers_apply_cancel=1`)
+    /// that the C daemons it shares lockspaces with apply CANCEL (dlm ≥ 4.3.0). A lockspace
+    /// with C members applies CANCEL when every member of ours sent it; the wire cannot
+    /// tell a C 4.3.0 from a 4.2.0 (both speak daemon protocol 3.1.1).
+    pub const C_PEERS_CANCEL: u32 = 0x800;
 
     /// Whether every bit of `bit` is set.
     pub fn has(self, bit: u32) -> bool {
