@@ -18,6 +18,7 @@ packages=(
     dlm-controld                  # the real dlm_tool 4.2.0 (a client) and the C dlm_controld (a peer)
     systemd                       # systemd-analyze verifies systemd/dlm.service
     util-linux                    # setpriv: a non-root client of the main socket
+    debhelper dpkg-dev            # scripts/deb.sh builds the Debian package
 )
 echo "installing system packages (apt-get)…"
 apt-get update -qq
