@@ -15,6 +15,7 @@ use dlm_proto::wire::{
     NativeEntry, NativeKind, NativeWriter, PlocksDataWriter, encode_plock_msg, global_id,
 };
 
+use crate::log::{PLOCK_DEBUG_TARGET, PLOCK_TARGET};
 use crate::membership::{ChangeInfo, Effect, Env, FenceView, Membership, NodeHistory};
 use crate::native::{CLAIM_MAX, Local, OWNED_MAX, Owners, RELEASE_AT, ReplyOrder};
 
@@ -450,6 +451,15 @@ impl LsCore {
                 return out;
             }
             Body::Plock(info) if self.sender_is(from, &info, &mut out) => {
+                if self.save_plocks {
+                    tracing::debug!(
+                        target: PLOCK_TARGET,
+                        "save plock from {from} len {}",
+                        payload.len()
+                    );
+                } else if self.need_plocks {
+                    tracing::debug!(target: PLOCK_TARGET, "msg plock nodeid {from} need_plock ignore");
+                }
                 let claim = false;
                 self.gate(e, Item::Request { from, info, claim }, &mut out);
             }
@@ -463,11 +473,29 @@ impl LsCore {
                 if let Some((_, n)) = self.transfer.as_mut() {
                     *n += 1;
                 }
+                tracing::debug!(
+                    target: PLOCK_TARGET,
+                    "recv_plocks_data {from}:{} n {} o {} locks {} len {}",
+                    header.msgdata,
+                    d.resource.number,
+                    d.resource.owner,
+                    d.entries().count(),
+                    payload.len()
+                );
             }
-            Body::PlocksDone(_)
-                if self.need_plocks && self.save_plocks && from == self.data_from =>
-            {
-                self.finish_transfer(e, &mut out);
+            Body::PlocksDone(_) => {
+                tracing::debug!(
+                    target: PLOCK_DEBUG_TARGET,
+                    "receive_plocks_done {from}:{} flags {:x} plocks_data {} need {} save {}",
+                    header.msgdata,
+                    header.flags.0,
+                    header.msgdata2,
+                    u8::from(self.need_plocks),
+                    u8::from(self.save_plocks)
+                );
+                if self.need_plocks && self.save_plocks && from == self.data_from {
+                    self.receive_plocks_done(e, from, &header, &mut out);
+                }
             }
             _ => {}
         }
@@ -799,7 +827,8 @@ impl LsCore {
             Item::Purge(n) => {
                 self.owners.drop_requests_of(n);
                 let mut replies = Vec::new();
-                self.plocks.purge_node(now_ms, n, &mut replies);
+                let purged = self.plocks.purge_node(now_ms, n, &mut replies);
+                tracing::debug!(target: PLOCK_DEBUG_TARGET, "purged {purged} plocks for {n}");
                 for r in replies {
                     self.reply(r.info, out);
                 }
@@ -1002,6 +1031,7 @@ impl LsCore {
                     *n = 0;
                 }
             }
+            tracing::debug!(target: PLOCK_DEBUG_TARGET, "save_plocks start");
             self.save_plocks = true;
             self.data_from = data_node;
             self.transfer.get_or_insert((e.now_ms, 0));
@@ -1025,6 +1055,7 @@ impl LsCore {
         }
         // the table as of this start goes out a portion at a time (`pump`); until the last
         // portion, delivered plock messages wait in `held`, so the table stays as of now
+        tracing::debug!(target: PLOCK_DEBUG_TARGET, "send_all_plocks_data {}:{seq}", self.our);
         self.sending = Some(Sending {
             cursor: self.plocks.snapshot_cursor(),
             seq,
@@ -1052,6 +1083,13 @@ impl LsCore {
         };
         for _ in 0..max {
             let Some(chunk) = st.cursor.next_chunk(&self.plocks) else {
+                tracing::debug!(
+                    target: PLOCK_DEBUG_TARGET,
+                    "send_all_plocks_data {}:{} {} done",
+                    self.our,
+                    st.seq,
+                    st.sent
+                );
                 out.push(Action::Send(self.plocks_done(st.seq, st.sent, &st.body)));
                 out.push(Action::TransferSent { messages: st.sent });
                 if !self.mem.kernel_stopped() {
@@ -1063,6 +1101,16 @@ impl LsCore {
             for entry in chunk.entries() {
                 w.push(entry);
             }
+            tracing::debug!(
+                target: PLOCK_TARGET,
+                "send_plocks_data {}:{} n {} o {} locks {} len {}",
+                self.our,
+                st.seq,
+                chunk.resource.number,
+                chunk.resource.owner,
+                w.len(),
+                w.as_bytes().len()
+            );
             out.push(Action::Send(w.as_bytes().to_vec()));
             st.sent += 1;
         }
@@ -1071,6 +1119,16 @@ impl LsCore {
     }
 
     fn plocks_done(&self, seq: u32, count: u32, body: &StartBody) -> Vec<u8> {
+        tracing::debug!(
+            target: PLOCK_DEBUG_TARGET,
+            "send_plocks_done {}:{seq} counts {} {} {} {} {} plocks_data {count}",
+            self.our,
+            body.started_count,
+            body.member_count,
+            body.joined_count,
+            body.remove_count,
+            body.failed_count
+        );
         let header = DlmHeader {
             flags: HeaderFlags(HeaderFlags::HAVEPLOCK),
             msgdata: seq,
@@ -1078,6 +1136,38 @@ impl LsCore {
             ..self.header(MsgType::PLOCKS_DONE)
         };
         body.encode(&header)
+    }
+
+    /// `receive_plocks_done` from the data node: the table is complete; what was saved
+    /// meanwhile is applied (`process_saved_plocks`).
+    fn receive_plocks_done(
+        &mut self,
+        e: &LsEnv<'_>,
+        from: u32,
+        header: &DlmHeader,
+        out: &mut Vec<Action>,
+    ) {
+        let received = self.transfer.map_or(0, |(_, n)| n);
+        if received != header.msgdata2 {
+            tracing::error!(
+                target: PLOCK_DEBUG_TARGET,
+                "receive_plocks_done plocks_data {} recv {received}",
+                header.msgdata2
+            );
+        }
+        tracing::debug!(target: PLOCK_TARGET, "process_saved_plocks begin");
+        let saved = self
+            .saved
+            .iter()
+            .filter(|i| matches!(i, Item::Request { .. }))
+            .count();
+        self.finish_transfer(e, out);
+        tracing::debug!(target: PLOCK_TARGET, "process_saved_plocks {saved} done");
+        tracing::debug!(
+            target: PLOCK_DEBUG_TARGET,
+            "receive_plocks_done {from}:{} plocks_data_count {received}",
+            header.msgdata
+        );
     }
 
     /// The transfer is over (or not needed): replay what was saved.

@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 use dlm_proto::query::WaitCondition;
 use dlm_proto::wire::{Change as StartBody, HeaderFlags};
 
+use crate::log::PLOCK_DEBUG_TARGET;
+
 /// What the daemon must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
@@ -213,6 +215,8 @@ pub struct Membership {
     deadlock: bool,
     /// `c_peers_apply_cancel=1`: our START says the C members apply CANCEL.
     c_peers_cancel: bool,
+    /// The data node of the last `prepare_plocks` (C's `plock_data_node`; 0 before).
+    plock_data_node: u32,
     need_plocks: bool,
     cpg_ring_seq: u64,
     ring_wait: bool,
@@ -239,6 +243,7 @@ impl Membership {
             native: true,
             deadlock: false,
             c_peers_cancel: false,
+            plock_data_node: 0,
             cpg_ring_seq: 0,
             ring_wait: false,
             wait: WaitCondition::None,
@@ -853,28 +858,33 @@ impl Membership {
         let Some(start) = self.changes.last() else {
             return;
         };
+        tracing::debug!(target: PLOCK_DEBUG_TARGET, "prepare_plocks");
         let nodes_added = self.changes.iter().any(|c| c.joined_count > 0);
         let data_node = if start.member_count == 1 {
             self.need_plocks = false;
             self.our
         } else {
-            start
+            // set_plock_data_node: the lowest member whose START says it has plock state
+            let low = start
                 .members
                 .iter()
                 .filter(|m| m.start_flags & HeaderFlags::HAVEPLOCK != 0)
                 .map(|m| m.nodeid)
                 .min()
-                .unwrap_or(0)
+                .unwrap_or(0);
+            tracing::debug!(
+                target: PLOCK_DEBUG_TARGET,
+                data_node = low,
+                need_plocks = self.need_plocks,
+                "set_plock_data_node from {} to {low}",
+                self.plock_data_node
+            );
+            low
         };
+        self.plock_data_node = data_node;
         if data_node == 0 {
             self.need_plocks = false;
         }
-        tracing::debug!(
-            data_node,
-            need_plocks = self.need_plocks,
-            "set_plock_data_node {data_node} need_plocks {}",
-            u8::from(self.need_plocks)
-        );
         fx.push(Effect::Started {
             plock_data_node: data_node,
             nodes_added,

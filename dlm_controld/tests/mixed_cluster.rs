@@ -260,6 +260,48 @@ fn c_and_rust_daemons_share_lockspaces_plocks_and_fencing() {
     assert_eq!((r.op, r.rv), (PlockOp::CANCEL, -22), "{r:?}");
     // and never reaches the C daemon (a C 4.3 would apply it while our kernel waits on)
     let log = m.dlm_tool(3, &["log_plock"]);
+    // the plock log holds C's lines of a lockspace start too: ours joined as node 2 (change
+    // 2) as C's node 3 joined (change 3), with node 1 the data node both times
+    let joined = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter_map(|l| l.splitn(3, ' ').nth(2))
+            .filter(|l| {
+                !["read plock", "receive plock", "save plock"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .take(7)
+            // how many requests were saved meanwhile depends on timing
+            .map(|l| match l.strip_prefix("process_saved_plocks ") {
+                Some(rest) if rest.ends_with(" done") => "process_saved_plocks _ done".into(),
+                _ => l.to_owned(),
+            })
+            .collect()
+    };
+    let like_c = |seq: u32| -> Vec<String> {
+        vec![
+            "prepare_plocks".into(),
+            "set_plock_data_node from 0 to 1".into(),
+            "save_plocks start".into(),
+            format!("receive_plocks_done 1:{seq} flags 2 plocks_data 0 need 1 save 1"),
+            "process_saved_plocks begin".into(),
+            "process_saved_plocks _ done".into(),
+            format!("receive_plocks_done 1:{seq} plocks_data_count 0"),
+        ]
+    };
+    assert_eq!(joined(&log), like_c(3), "C's own lines: {log}");
+    let ours = m.dlm_tool(2, &["log_plock"]);
+    assert_eq!(joined(&ours), like_c(2), "ours: {ours}");
+    // and the data node's: C's send_all_plocks_data / send_plocks_done for each joiner
+    let ours = m.dlm_tool(1, &["log_plock"]);
+    for seq in [2, 3] {
+        for want in [
+            format!(" foo send_all_plocks_data 1:{seq}\n"),
+            format!(" foo send_plocks_done 1:{seq} counts {seq} {seq} 1 0 0 plocks_data 0\n"),
+        ] {
+            assert!(ours.contains(&want), "{want} in {ours}");
+        }
+    }
     assert!(log.contains("receive plock 7 LK WR 32-3b"), "{log}");
     assert!(!log.contains("receive plock 7 ??"), "{log}");
     // ours on node 2 holds another range; GET on the C node finds it

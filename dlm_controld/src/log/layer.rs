@@ -4,7 +4,8 @@
 //! Code logs with `tracing` macros and fields (`tracing::debug!(nodeid, "...")`); a lockspace
 //! task runs inside a `lockspace` span whose `ls` field names the lockspace, so its events
 //! carry the name without formatting it into each message. Events with target
-//! [`PLOCK_TARGET`] are C's plock-only lines (the `dlm_tool log_plock` ring, LOG_NONE).
+//! [`PLOCK_TARGET`] are C's plock-only lines (the `dlm_tool log_plock` ring, LOG_NONE);
+//! with [`PLOCK_DEBUG_TARGET`], C's `log_dlock` lines (both rings).
 
 use std::fmt::{self, Write as _};
 
@@ -16,6 +17,10 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// Target of plock-only lines (`log_plock`: the plock ring, nothing else).
 pub const PLOCK_TARGET: &str = "dlm_controld::plock";
+
+/// Target of C's `log_dlock` lines: the debug ring and the plock ring both (and the sinks
+/// as any debug line).
+pub const PLOCK_DEBUG_TARGET: &str = "dlm_controld::plock_debug";
 
 /// Target of lines C writes with `log_debug`/`log_error` (no lockspace name in the text)
 /// from code that runs for a lockspace: the name stays a field (JSON) but is not printed.
@@ -106,6 +111,8 @@ pub struct Line {
     pub prefix: bool,
     /// C's plock-only line.
     pub plock_only: bool,
+    /// A `log_dlock` line: into the plock ring as well as the debug ring.
+    pub plock_too: bool,
     /// Where it comes from (`dlm_controld::daemon::lockspace`, ...).
     pub target: &'static str,
     /// The message and the event's fields.
@@ -195,6 +202,7 @@ where
             prefix: meta.target() != PLAIN_TARGET,
             ls,
             plock_only: meta.target() == PLOCK_TARGET,
+            plock_too: meta.target() == PLOCK_DEBUG_TARGET,
             target: meta.target(),
             fields,
             spans,

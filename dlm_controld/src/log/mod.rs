@@ -11,7 +11,7 @@ pub mod layer;
 mod plock_ring;
 mod ring;
 
-pub use layer::{CLayer, Line, PLAIN_TARGET, PLOCK_TARGET};
+pub use layer::{CLayer, Line, PLAIN_TARGET, PLOCK_DEBUG_TARGET, PLOCK_TARGET};
 pub use plock_ring::{PlockLine, PlockRing};
 pub use ring::{RING_SIZE, Ring};
 
@@ -65,6 +65,9 @@ pub struct Sinks {
 struct Logger {
     debug: Ring,
     plock: PlockRing,
+    /// Plock requests read and received so far, and when each count last passed a
+    /// thousand (C's `plock_read_count`, `plock_recv_count`).
+    counts: [(u64, Option<std::time::Instant>); 2],
     /// The log file, until [`init`] hands it to the writer thread.
     file: Option<File>,
     sinks: Sinks,
@@ -156,6 +159,7 @@ fn logger() -> &'static Mutex<Logger> {
         Mutex::new(Logger {
             debug: Ring::default(),
             plock: PlockRing::default(),
+            counts: [(0, None); 2],
             file: None,
             sinks: Sinks::default(),
             writer: None,
@@ -297,6 +301,9 @@ pub fn emit(line: &Line) {
         l.plock.push_text(&text);
     } else {
         l.debug.push(text.as_bytes());
+        if line.plock_too {
+            l.plock.push_text(&text);
+        }
     }
     if line.level <= Level::Info && l.sinks.syslog {
         if let Ok(c) = std::ffi::CString::new(text.trim_end()) {
@@ -364,6 +371,7 @@ pub fn plock_op(
         return;
     };
     l.plock.push_plock(now, ls, line, info);
+    l.count_plock(now, ls, line);
     let stderr = l.sinks.stderr && l.sinks.plock_stderr;
     if !stderr && !l.sinks.debug_logfile {
         return;
@@ -393,6 +401,7 @@ pub fn plock_op(
             prefix: true,
             ls: Some(ls.to_string()),
             plock_only: true,
+            plock_too: false,
             target: PLOCK_TARGET,
             fields,
             spans: Vec::new(),
@@ -416,7 +425,39 @@ pub fn plock_op(
     }
 }
 
-/// The words C's plock log uses for a request: `<number> <LK|UN|GET|??> <WR|RD|->
+impl Logger {
+    /// Every thousandth request read (received), C's `plock_read_count ... time ... s
+    /// delays 0` (`plock_recv_count ... time ... s`) line in the plock ring: the seconds
+    /// since the previous thousand (since the first request, the first time).
+    fn count_plock(&mut self, now: u64, ls: &str, line: PlockLine) {
+        let i = usize::from(line == PlockLine::Receive);
+        let at = std::time::Instant::now();
+        let (n, since) = &mut self.counts[i];
+        *n += 1;
+        let since = *since.get_or_insert(at);
+        if *n % 1000 != 0 {
+            return;
+        }
+        self.counts[i].1 = Some(at);
+        let secs = at.duration_since(since).as_secs_f64();
+        let n = self.counts[i].0;
+        let text = match line {
+            PlockLine::Read => format_line(
+                now,
+                Some(ls),
+                format_args!("plock_read_count {n} time {secs:.3} s delays 0"),
+            ),
+            PlockLine::Receive => format_line(
+                now,
+                Some(ls),
+                format_args!("plock_recv_count {n} time {secs:.3} s"),
+            ),
+        };
+        self.plock.push_text(&text);
+    }
+}
+
+/// The words C's plock log uses for a request: `<number> <LK|UN|GET|CL|??> <WR|RD|->
 /// <start>-<end> <nodeid>/<pid>/<owner> w <wait>` (plock.c `op_str`, `ex_str`); written
 /// straight into the log line, without a String of its own.
 pub fn plock_words(info: &dlm_proto::kernel::PlockInfo) -> PlockWords<'_> {
@@ -435,6 +476,8 @@ impl std::fmt::Display for PlockWords<'_> {
             PlockOp::LOCK => "LK",
             PlockOp::UNLOCK => "UN",
             PlockOp::GET => "GET",
+            // C 4.3.0 (4.2.0, which has no CANCEL, writes "??")
+            PlockOp::CANCEL => "CL",
             _ => "??",
         };
         let ex = if info.op == PlockOp::UNLOCK || info.op == PlockOp::GET {
@@ -477,6 +520,32 @@ pub fn dump_plock() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_thousandth_request_read_or_received_makes_cs_count_line() {
+        let mut l = Logger {
+            debug: Ring::default(),
+            plock: PlockRing::default(),
+            counts: [(0, None); 2],
+            file: None,
+            sinks: Sinks::default(),
+            writer: None,
+        };
+        for _ in 0..2999 {
+            l.count_plock(7, "foo", PlockLine::Read);
+        }
+        for _ in 0..1000 {
+            l.count_plock(7, "foo", PlockLine::Receive);
+        }
+        let text = String::from_utf8(l.plock.contents()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].starts_with("7 foo plock_read_count 1000 time "), "{text}");
+        assert!(lines[1].starts_with("7 foo plock_read_count 2000 time "), "{text}");
+        assert!(lines[0].ends_with(" s delays 0"), "{text}");
+        assert!(lines[2].starts_with("7 foo plock_recv_count 1000 time "), "{text}");
+        assert!(lines[2].ends_with(" s"), "{text}");
+    }
 
     #[test]
     fn line_format() {
@@ -554,6 +623,8 @@ mod tests {
         i.op = PlockOp::UNLOCK;
         assert!(plock_words(&i).to_string().starts_with("4d UN - "));
         i.op = PlockOp::CANCEL;
+        assert!(plock_words(&i).to_string().starts_with("4d CL RD "));
+        i.op = PlockOp(9);
         assert!(plock_words(&i).to_string().starts_with("4d ?? RD "));
     }
 

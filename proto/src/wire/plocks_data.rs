@@ -272,6 +272,16 @@ impl PlocksDataWriter {
         true
     }
 
+    /// The entries so far.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether no entry was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// The message bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..HEADER_SIZE + RESOURCE_SIZE + self.count * ENTRY_SIZE]
