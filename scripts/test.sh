@@ -9,6 +9,6 @@ cargo test --workspace --locked
 cargo test --manifest-path fuzz/Cargo.toml --locked
 # the real kernel: Debian 12's kernel in qemu, our daemon under gfs2 (tests/vm/README.md)
 bash tests/vm/build-image.sh
-PROFILE=dev bash tests/vm/run-one.sh
+bash tests/vm/run-one.sh
 # two real kernels on one gfs2 disk: ours beside Debian's C daemon
-PROFILE=dev bash tests/vm/run-two.sh
+bash tests/vm/run-two.sh

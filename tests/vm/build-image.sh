@@ -5,20 +5,50 @@
 # initramfs (static busybox and the modules to mount an ext4 root on virtio), and a bookworm
 # root file system with corosync, Debian's C dlm-controld 4.2.0 (its dlm_tool, and the C
 # daemon to compare with) and gfs2-utils. Run as root on Debian 12. About a minute warm.
+#
+# SUITE=trixie builds a Debian 13 image instead (kernel 6.12, corosync 3.1.9, dlm-controld
+# 4.3.0), in $VMCACHE/trixie, from the host's Debian mirror (its own package lists, so the
+# host's apt is not touched); the qemu tree is shared.
 set -euo pipefail
+SUITE=${SUITE:-bookworm}
 VMCACHE=${VMCACHE:-/var/cache/dlm-vm}
-# the kernel Debian 12 ships now (what linux-image-amd64 depends on), unless told
-KVER=${KVER:-$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {sub("linux-image-", "", $2); print $2; exit}')}
+IMG=$VMCACHE
+[[ $SUITE == bookworm ]] || IMG=$VMCACHE/$SUITE
+mkdir -p "$VMCACHE"/{debs,qemu} "$IMG"/kernel
+
+# the host's Debian mirror, from its apt sources
+mirror() {
+    local m
+    m=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    [[ -n $m ]] || m=$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list)
+    echo "$m"
+}
+
+# suite_apt CMD...: apt-get or apt-cache against SUITE's archive, with lists of its own
+suite_apt() {
+    local d=$VMCACHE/apt-$SUITE
+    mkdir -p "$d"/lists/partial "$d"/cache/archives/partial
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(mirror) $SUITE main" >"$d/sources.list"
+    "$@" -o Dir::Etc::SourceList="$d/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
+        -o Dir::State::Lists="$d/lists" -o Dir::Cache="$d/cache"
+}
+
+apt_q=(apt-cache)
+if [[ $SUITE != bookworm ]]; then
+    suite_apt apt-get update -qq
+    apt_q=(suite_apt apt-cache)
+fi
+# the kernel the suite ships now (what linux-image-amd64 depends on), unless told
+KVER=${KVER:-$("${apt_q[@]}" depends linux-image-amd64 | awk '/Depends: linux-image-/ {sub("linux-image-", "", $2); print $2; exit}')}
 [[ -n $KVER ]] || { echo "no kernel version from apt-cache; set KVER" >&2; exit 1; }
-mkdir -p "$VMCACHE"/{debs,qemu,kernel}
-cd "$VMCACHE"
+cd "$IMG"
 # an image built for another kernel is rebuilt
 if [[ -f kver && $(cat kver) != "$KVER" ]]; then
     rm -f initrd.img root.img
 fi
 
 host_packages() {
-    local want="mmdebstrap busybox-static seabios ipxe-qemu qemu-system-data e2fsprogs cpio"
+    local want="mmdebstrap busybox-static seabios ipxe-qemu qemu-system-data e2fsprogs cpio xz-utils"
     local libs
     libs=$(apt-cache depends qemu-system-x86 qemu-system-common | awk '/^ +Depends: lib|^ +Depends: zlib/ {print $2}' | sort -u)
     # never let apt remove anything of the host's (qemu-system-x86 would remove qemu-utils)
@@ -30,20 +60,27 @@ host_packages() {
 }
 
 qemu_tree() {
-    [[ -x qemu/usr/bin/qemu-system-x86_64 ]] && return
-    (cd debs && apt-get download qemu-system-x86 qemu-system-common)
-    for d in debs/qemu-system-x86_*.deb debs/qemu-system-common_*.deb; do dpkg-deb -x "$d" qemu; done
+    local q=$VMCACHE/qemu
+    [[ -x $q/usr/bin/qemu-system-x86_64 ]] && return
+    (cd "$VMCACHE/debs" && apt-get download qemu-system-x86 qemu-system-common)
+    for d in "$VMCACHE"/debs/qemu-system-x86_*.deb "$VMCACHE"/debs/qemu-system-common_*.deb; do
+        dpkg-deb -x "$d" "$q"
+    done
     # firmware, found relative to the binary
-    mkdir -p qemu/usr/share/qemu
+    mkdir -p "$q/usr/share/qemu"
     for f in /usr/share/qemu/* /usr/share/seabios/* /usr/lib/ipxe/qemu/*; do
-        [[ -e qemu/usr/share/qemu/$(basename "$f") ]] || ln -s "$f" qemu/usr/share/qemu/
+        [[ -e $q/usr/share/qemu/$(basename "$f") ]] || ln -s "$f" "$q/usr/share/qemu/"
     done
 }
 
 kernel_tree() {
     [[ -f kernel/boot/vmlinuz-$KVER ]] && return
-    (cd debs && apt-get download "linux-image-$KVER")
-    dpkg-deb -x debs/linux-image-"$KVER"_*.deb kernel
+    local get=(apt-get)
+    [[ $SUITE == bookworm ]] || get=(suite_apt apt-get)
+    (cd "$VMCACHE/debs" && "${get[@]}" download "linux-image-$KVER")
+    dpkg-deb -x "$VMCACHE"/debs/linux-image-"$KVER"_*.deb kernel
+    # merged /usr (trixie): the modules are under usr/lib
+    [[ -d kernel/lib/modules/$KVER ]] || { mkdir -p kernel/lib && cp -a kernel/usr/lib/modules kernel/lib/; }
     depmod -b kernel "$KVER"
 }
 
@@ -59,7 +96,11 @@ initrd() {
         awk '/^insmod/ {print $2}' | while read -r m; do
             b=$(printf '%02d-%s' $i "$(basename "$m")")
             if ! grep -q "$(basename "$m")$" $d/mods/order; then
-                cp "$m" $d/mods/"$b"
+                # busybox's insmod takes no compressed module (trixie's are .ko.xz)
+                case $b in
+                *.xz) b=${b%.xz} && xz -dc "$m" >$d/mods/"$b" ;;
+                *) cp "$m" $d/mods/"$b" ;;
+                esac
                 echo "$b" >>$d/mods/order
                 i=$((i + 1))
             fi
@@ -82,6 +123,9 @@ INIT
 rootfs() {
     [[ -f root.img ]] && return
     rm -rf rootfs
+    # bookworm from the host's apt sources as they are; another suite from the same mirror
+    local mirrors=()
+    [[ $SUITE == bookworm ]] || mirrors=("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(mirror) $SUITE main")
     mmdebstrap --variant=apt --quiet \
         --include=systemd-sysv,udev,kmod,iproute2,procps,psmisc,python3,corosync,dlm-controld,gfs2-utils \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -92,8 +136,8 @@ rootfs() {
         --customize-hook="mkdir -p \"\$1/host\"" \
         --customize-hook="printf '[Unit]\nDescription=dlm real-kernel test\nAfter=local-fs.target host.mount\n[Service]\nType=exec\nExecStart=/bin/sh /host/guest/test.sh\nStandardOutput=journal+console\nStandardError=journal+console\n[Install]\nWantedBy=multi-user.target\n' >\"\$1/etc/systemd/system/vmtest.service\" && chroot \"\$1\" systemctl enable vmtest >/dev/null 2>&1" \
         --customize-hook="echo 'root:root' | chroot \"\$1\" chpasswd" \
-        bookworm rootfs
-    mkfs.ext4 -q -d rootfs -L root root.img 1200M
+        "$SUITE" rootfs "${mirrors[@]}"
+    mkfs.ext4 -q -d rootfs -L root root.img 1500M
     rm -rf rootfs
 }
 
@@ -103,4 +147,4 @@ kernel_tree
 initrd
 rootfs
 echo "$KVER" >kver
-echo "built in $VMCACHE for $KVER"
+echo "built in $IMG for $KVER ($SUITE)"

@@ -2,22 +2,25 @@
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 VMCACHE=${VMCACHE:-/var/cache/dlm-vm}
-KVER=${KVER:-$(cat "$VMCACHE/kver")}
-PROFILE=${PROFILE:-release}
+# SUITE=trixie: the Debian 13 image of `SUITE=trixie build-image.sh`
+SUITE=${SUITE:-bookworm}
+IMG=$VMCACHE
+[[ $SUITE == bookworm ]] || IMG=$VMCACHE/$SUITE
+KVER=${KVER:-$(cat "$IMG/kver")}
 
-# prepare_share RUN NEED_RUST: the 9p share (guest scripts, our daemon and unit when
-# NEED_RUST is yes, dlm.conf), and `corosync.conf` for the nodes given as "id:addr" words.
+# prepare_share RUN NEED_RUST: the 9p share (guest scripts; when NEED_RUST is yes our Debian
+# package, built by scripts/deb.sh, and our dlm_tool beside it for the nodes that run C;
+# dlm.conf), and `corosync.conf` for the nodes given as "id:addr" words.
 prepare_share() {
     local run=$1 need_rust=$2
     shift 2
-    mkdir -p "$run"/share/{guest,bin,conf,out,sync}
+    mkdir -p "$run"/share/{guest,bin,conf,out,sync,debs}
     cp "$here"/guest/*.sh "$here"/guest/*.py "$run/share/guest/"
     if [[ $need_rust == yes ]]; then
-        (cd "$repo" && cargo build --profile "$PROFILE" --locked -p dlm_controld -p dlm_tool --quiet)
-        local dir=$PROFILE
-        [[ $PROFILE == dev ]] && dir=debug
-        cp "$repo/target/$dir/dlm_controld" "$repo/target/$dir/dlm_tool" "$run/share/bin/"
-        cp "$repo/systemd/dlm.service" "$run/share/conf/"
+        local deb
+        deb=$(bash "$repo/scripts/deb.sh" | tail -1)
+        cp "$deb" "$run/share/debs/"
+        cp "$repo/target/release/dlm_tool" "$run/share/bin/"
     fi
     printf 'enable_fencing=0\n' >"$run/share/conf/dlm.conf"
     {
@@ -38,11 +41,11 @@ prepare_share() {
 vm() {
     local run=$1 name=$2 append=$3
     shift 3
-    qemu-img create -q -f qcow2 -F raw -b "$VMCACHE/root.img" "$run/root-$name.qcow2"
+    qemu-img create -q -f qcow2 -F raw -b "$IMG/root.img" "$run/root-$name.qcow2"
     timeout "${VM_TIMEOUT:-1500}" "$VMCACHE/qemu/usr/bin/qemu-system-x86_64" \
         -accel tcg -m 1024 -smp 1 -no-reboot -display none -monitor none \
         -serial "file:$run/console-$name.log" \
-        -kernel "$VMCACHE/kernel/boot/vmlinuz-$KVER" -initrd "$VMCACHE/initrd.img" \
+        -kernel "$IMG/kernel/boot/vmlinuz-$KVER" -initrd "$IMG/initrd.img" \
         -append "console=ttyS0 quiet systemd.show_status=0 $append" \
         -drive "file=$run/root-$name.qcow2,if=none,id=root,format=qcow2" \
         -device virtio-blk-pci,drive=root,addr=0x4 \

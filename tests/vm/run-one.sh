@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One VM with Debian 12's kernel (real DLM and gfs2 modules), corosync on one node, and a
-# dlm_controld: DAEMON=rust (ours, built here, installed over Debian's with our unit) or
-# DAEMON=c (Debian's 4.2.0); PROFILE=dev uses the debug build. Runs guest/test.sh and prints
+# dlm_controld: DAEMON=rust (ours: our Debian package, built here by scripts/deb.sh,
+# installed over Debian's running daemon — refused — then over the stopped one, and removed
+# again at the end) or DAEMON=c (Debian's 4.2.0). Runs guest/test.sh and prints
 # its results; exits 0 only if every check passed. TCG emulation (this host's /dev/kvm
 # cannot boot a stock kernel). Build first: build-image.sh.
 set -euo pipefail
@@ -23,6 +24,21 @@ for f in threads.txt times.txt plocks.txt uevents.txt rss_kb.txt ls.txt; do
     [[ -f $out/$f ]] && { echo "--- $f"; cat "$out/$f"; }
 done
 [[ -f $out/dump.txt ]] && echo "--- dump.txt: $(wc -l <"$out/dump.txt") lines"
+# ours came from the package: installed over Debian's (refused while Debian's daemon ran),
+# removed again, Debian's daemon running after it
+if [[ $DAEMON == rust ]]; then
+    echo "--- package.txt"
+    cat "$out/package.txt" 2>/dev/null || true
+    [[ $(grep -c ' ok$' "$out/package.txt" 2>/dev/null) -eq 8 ]] || exit 1
+    # the dump of 17,350 locks (over 1 MiB): ours whole, Debian's tool as against C
+    echo "--- big dump: ours $(cat "$out/big_ours.txt") lines; Debian's tool: $(wc -c <"$out/big_c.txt") bytes, $(tr '\n' ' ' <"$out/big_c.err")"
+    [[ $(cat "$out/big_ours.txt") -eq 17350 ]] || exit 1
+    if grep -q 'dlm_tool 4\.2' "$out/big_c.err"; then
+        grep -q '^exit 0' "$out/big_c.err" && [[ $(wc -c <"$out/big_c.txt") -le 1048576 ]] || exit 1
+    else
+        grep -q '^failed: No space left on device' "$out/big_c.err" && grep -q '^exit 1' "$out/big_c.err" || exit 1
+    fi
+fi
 # every check passed, the plock load beside the uevent burst ended and the daemon runs on,
 # the dump read through Debian's dlm_tool has the 350 held locks, and the VM got to the end
 grep -q '^RESULT ok' "$out/plocks.txt" 2>/dev/null &&

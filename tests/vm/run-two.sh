@@ -18,6 +18,8 @@ echo "$DAEMON2" >"$RUN/share/conf/daemon2"
 # BENCH=1: the guests measure first (guest/plocks2.py bench); DLMCONF: more dlm.conf lines
 [[ ${BENCH:-0} == 1 ]] && touch "$RUN/share/conf/bench"
 [[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
+# CANCEL=1: an interrupted F_SETLKW each way (guest/plocks2.py cancel; kernels >= 6.6)
+[[ ${CANCEL:-0} == 1 ]] && touch "$RUN/share/conf/cancel"
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G
 start=$SECONDS
 net() { echo "-netdev socket,id=n0,$1 -device virtio-net-pci,netdev=n0,mac=52:54:00:00:09:0$2,addr=0x7"; }
@@ -33,7 +35,7 @@ echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out"
 out=$RUN/share/out
 for n in 1 2; do
     echo "=== node $n ($(cat "$RUN/share/conf/daemon$n"))"
-    for f in plocks.txt crosswise.txt ls.txt recovery.txt; do
+    for f in plocks.txt crosswise.txt cancel.txt ls.txt recovery.txt; do
         [[ -f $out/node$n/$f ]] && { echo "--- $f"; cat "$out/node$n/$f"; }
     done
     [[ -f $out/node$n/dump.txt ]] && echo "--- dump.txt: $(wc -l <"$out/node$n/dump.txt") lines"
@@ -45,6 +47,10 @@ echo "the two daemons' dumps are byte-identical: $same"
 # the crosswise deadlock ran (our dlm_tool is in the share whenever ours runs) and passed
 for n in 1 2; do
     [[ ! -x $RUN/share/bin/dlm_tool ]] || grep -q '^RESULT ok' "$out/node$n/crosswise.txt" || exit 1
+done
+for n in 1 2; do
+    [[ ! -f $RUN/share/conf/cancel ]] ||
+        { grep -q '^RESULT ok' "$out/node$n/cancel.txt" && ! grep -q '^FAIL' "$out/node$n/cancel.txt"; } || exit 1
 done
 grep -q '^RESULT ok' "$out/node1/plocks.txt" && grep -q '^RESULT ok' "$out/node2/plocks.txt" &&
     [[ $same == yes && $(wc -l <"$out/node1/dump.txt") -eq 200 ]] &&

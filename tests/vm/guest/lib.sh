@@ -1,8 +1,25 @@
 # Sourced by test.sh and test2.sh inside a VM.
 
+# CTOOL: Debian's C dlm_tool (diverted to dlm_tool.distrib while our package is installed),
+# the client these runs read our daemon with.
+ctool() {
+    if [ -x /usr/sbin/dlm_tool.distrib ]; then
+        /usr/sbin/dlm_tool.distrib "$@"
+    else
+        /usr/sbin/dlm_tool "$@"
+    fi
+}
+
+# install_ours: our package from the share, as an administrator installs it (apt, offline:
+# its dependencies are Debian's dlm-controld and corosync, already here).
+install_ours() {
+    apt-get install -y -q /host/debs/dlm-controld-rs_*.deb
+}
+
 # setup_node N: kernel modules, configfs, corosync.conf and dlm.conf from the share, and
-# the daemon named in /host/conf/daemonN ("rust": ours installed over Debian's, with our
-# unit; "c": Debian's 4.2.0 as installed).
+# the daemon named in /host/conf/daemonN ("rust": our package installed, diverting
+# Debian's binaries; "c": Debian's as installed; "c-then-rust": Debian's now, ours
+# installed later by the caller).
 setup_node() {
     DAEMON=$(cat /host/conf/daemon$1)
     modprobe configfs
@@ -12,10 +29,29 @@ setup_node() {
     cp /host/conf/corosync.conf /etc/corosync/corosync.conf
     mkdir -p /etc/dlm
     cp /host/conf/dlm.conf /etc/dlm/dlm.conf
-    if [ "$DAEMON" = rust ]; then
-        install -m 755 /host/bin/dlm_controld /usr/sbin/dlm_controld
-        cp /host/conf/dlm.service /etc/systemd/system/dlm.service
-        systemctl daemon-reload
+    if [ "$DAEMON" = rust ] && [ -z "${INSTALL_LATER:-}" ]; then
+        install_ours
     fi
     /usr/sbin/dlm_controld --version
+}
+
+# ours_installed: /usr/sbin/dlm_controld is ours and Debian's is diverted beside it.
+ours_installed() {
+    /usr/sbin/dlm_controld --version | grep -q Rust &&
+        /usr/sbin/dlm_controld.distrib --version | grep -q '^dlm_controld 4\.' &&
+        dpkg-divert --list /usr/sbin/dlm_tool | grep -q 'by dlm-controld-rs'
+}
+
+# debians_back: our package gone, Debian's binaries in their places, no diversion left.
+debians_back() {
+    [ "$(dpkg-query -W -f='${db:Status-Status}' dlm-controld-rs 2>/dev/null)" != installed ] &&
+        /usr/sbin/dlm_controld --version | grep -q '^dlm_controld 4\.' &&
+        /usr/sbin/dlm_tool -V | grep -q 'dlm_tool 4\.' &&
+        [ ! -e /usr/sbin/dlm_controld.distrib ] &&
+        [ -z "$(dpkg-divert --list '/usr/sbin/dlm_*')" ]
+}
+
+# daemon_answers: a dlm_controld answers Debian's dlm_tool on this node.
+daemon_answers() {
+    ctool status | grep -q '^cluster nodeid'
 }

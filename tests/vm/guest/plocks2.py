@@ -22,7 +22,7 @@ if len(sys.argv) > 4 and sys.argv[4] == "after-crash":
     t0 = time.monotonic()
     # the lockspace restarts with node 1 alone
     while time.monotonic() - t0 < 180:
-        ls = subprocess.run(["dlm_tool", "ls"], capture_output=True, text=True).stdout
+        ls = subprocess.run([os.environ.get("DLM_TOOL", "dlm_tool"), "ls"], capture_output=True, text=True).stdout
         if "members       1 \n" in ls and "new change" not in ls:
             break
         time.sleep(0.5)
@@ -36,7 +36,7 @@ if len(sys.argv) > 4 and sys.argv[4] == "after-crash":
         check("node 1: node 2's lock is gone with node 2", True)
     except OSError as e:
         check("node 1: node 2's lock is gone with node 2", False, e)
-    dump = subprocess.run(["dlm_tool", "plocks", "gfs0"], capture_output=True, text=True).stdout
+    dump = subprocess.run([os.environ.get("DLM_TOOL", "dlm_tool"), "plocks", "gfs0"], capture_output=True, text=True).stdout
     lines = dump.splitlines()
     others = [l for l in lines if " nodeid 1 " not in l]
     check("node 1: the table holds node 1's 101 locks only", not others and len(lines) == 101,
@@ -50,8 +50,12 @@ if len(sys.argv) > 4 and sys.argv[4] == "release":
 
 
 def mark(name, text=""):
-    with open(os.path.join(sync, "%s.%d" % (name, n)), "w") as f:
+    """Creates the mark with its text at once (the other node may read it the moment it
+    exists): written beside it, then renamed."""
+    p = os.path.join(sync, "%s.%d" % (name, n))
+    with open(p + ".tmp", "w") as f:
         f.write(text)
+    os.rename(p + ".tmp", p)
 
 
 def wait(name, node, limit=300):
@@ -183,6 +187,91 @@ def crosswise(detect):
 
 if len(sys.argv) > 4 and sys.argv[4] == "crosswise":
     crosswise(len(sys.argv) > 5 and sys.argv[5] == "detect")
+    finish()
+
+
+def table():
+    """This node's daemon's plock table, through Debian's dlm_tool."""
+    import subprocess
+
+    return subprocess.run([os.environ.get("DLM_TOOL", "dlm_tool"), "plocks", "gfs0"],
+                          capture_output=True, text=True).stdout
+
+
+def cancel_step(holder):
+    """`holder` takes bytes 100-109 of one file; the other node's process waits for them in
+    F_SETLKW and is interrupted by a signal (kernel >= 6.6 sends CANCEL): it must get EINTR
+    while the holder still holds, its waiter must be gone from both nodes' tables, and once
+    the holder unlocks nothing is granted to it (the range is free for anyone)."""
+    import signal
+
+    tag = "c%d" % holder
+    fd = os.open(os.path.join(d, "cancel"), os.O_RDWR | os.O_CREAT)
+    if n == holder:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 100)
+        mark(tag + "held")
+        wait(tag + "interrupted", other)
+        time.sleep(1.0)
+        t = table()
+        check("node %d: no waiter is left in our table after the other's CANCEL" % n,
+              "WAITING" not in t, "" if "WAITING" not in t else t)
+        fcntl.lockf(fd, fcntl.LOCK_UN, 10, 100)
+        mark(tag + "unlocked")
+        wait(tag + "checked", other)
+        os.close(fd)
+        return
+    wait(tag + "held", holder)
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        class Interrupted(Exception):
+            pass
+
+        def on_signal(*_):
+            raise Interrupted()
+
+        signal.signal(signal.SIGUSR1, on_signal)
+        os.close(r)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX, 10, 100)  # F_SETLKW
+            got = b"granted"
+        except Interrupted:
+            got = b"eintr"
+        except OSError as e:
+            got = b"errno %d" % e.errno
+        os.write(w, got)
+        os._exit(0)
+    os.close(w)
+    t0 = time.monotonic()
+    while "WAITING" not in table() and time.monotonic() - t0 < 60:
+        time.sleep(0.2)
+    check("node %d: the F_SETLKW waits behind node %d's lock" % (n, holder), "WAITING" in table())
+    os.kill(child, signal.SIGUSR1)
+    got = os.read(r, 64).decode()
+    os.waitpid(child, 0)
+    check("node %d: the interrupted F_SETLKW returns EINTR" % n, got == "eintr", got)
+    t = table()
+    check("node %d: its waiter is gone from our table" % n, "WAITING" not in t,
+          "" if "WAITING" not in t else t)
+    mark(tag + "interrupted")
+    wait(tag + "unlocked", holder)
+    time.sleep(1.0)
+    t = table()
+    check("node %d: the holder's unlock granted the cancelled request nothing" % n,
+          " 100-109 " not in t, "" if " 100-109 " not in t else t)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 100)
+        fcntl.lockf(fd, fcntl.LOCK_UN, 10, 100)
+        check("node %d: the range is free afterwards" % n, True)
+    except OSError as e:
+        check("node %d: the range is free afterwards" % n, False, e)
+    mark(tag + "checked")
+    os.close(fd)
+
+
+if len(sys.argv) > 4 and sys.argv[4] == "cancel":
+    cancel_step(1)
+    cancel_step(2)
     finish()
 
 

@@ -12,21 +12,41 @@ set -x
 . /host/guest/lib.sh
 ms() { awk '{printf "%d", $1 * 1000}' /proc/uptime; }
 uname -r
+INSTALL_LATER=1
 setup_node 1
+# check NAME CMD...: one line of package.txt, "NAME ok" or "NAME FAIL"
+check() {
+    name=$1
+    shift
+    if "$@"; then r=ok; else r=FAIL; fi
+    echo "$name $r" >>$OUT/package.txt
+}
 t0=$(ms)
 systemctl start corosync
 t1=$(ms)
+if [ "$DAEMON" = rust ]; then
+    # from Debian's package to ours, as an administrator upgrades a node: refused while
+    # Debian's daemon runs, then installed, diverting Debian's binaries
+    systemctl start dlm
+    check debian-daemon-runs daemon_answers
+    check install-refused-while-running sh -c '! apt-get install -y -q /host/debs/dlm-controld-rs_*.deb'
+    check debian-daemon-kept sh -c "/usr/sbin/dlm_controld --version | grep -q '^dlm_controld 4\.'"
+    systemctl stop dlm
+    check installed install_ours
+    check diverted ours_installed
+fi
+tp=$(ms)
 systemctl start dlm
 t2=$(ms)
-echo "corosync_start_ms $((t1 - t0)) dlm_start_ms $((t2 - t1))" >$OUT/times.txt
+echo "corosync_start_ms $((t1 - t0)) package_ms $((tp - t1)) dlm_start_ms $((t2 - tp))" >$OUT/times.txt
 systemctl status dlm --no-pager | head -5
-dlm_tool status
+ctool status
 mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 1 /dev/vdb
 t3=$(ms)
 mount -t gfs2 /dev/vdb /mnt
 t4=$(ms)
 echo "mount_ms $((t4 - t3))" >>$OUT/times.txt
-dlm_tool ls
+ctool ls
 # each daemon thread's context switches and CPU ticks around plocks.py (threads.txt)
 threads() {
     for t in /proc/$(pgrep -o -x dlm_controld)/task/*; do
@@ -50,18 +70,36 @@ touch /run/uevent-stop
 wait $load
 echo "load exit $?" >>$OUT/uevents.txt
 systemctl is-active dlm >>$OUT/uevents.txt
-dlm_tool plocks gfs0 >$OUT/dump.txt
-dlm_tool ls >$OUT/ls.txt
+ctool plocks gfs0 >$OUT/dump.txt
+ctool ls >$OUT/ls.txt
+if [ "$DAEMON" = rust ]; then
+    # a table of more than 1 MiB: Debian's dlm_tool reads its first MiB (4.2.0) or says
+    # -ENOSPC (4.3.0), as against C's daemon; ours (installed as dlm_tool) reads it all
+    big=$(python3 /host/guest/bigdump.py /mnt 17000)
+    ctool plocks gfs0 >$OUT/big_c.txt 2>$OUT/big_c.err
+    echo "exit $?" >>$OUT/big_c.err
+    /usr/sbin/dlm_tool plocks gfs0 | wc -l >$OUT/big_ours.txt
+    ctool -V | head -1 >>$OUT/big_c.err
+    kill "$big"
+fi
 ps -o rss= -p "$(systemctl show -p MainPID --value dlm)" >$OUT/rss_kb.txt
 python3 /host/guest/plocks.py /mnt release
 t5=$(ms)
 umount /mnt
 t6=$(ms)
 echo "umount_ms $((t6 - t5))" >>$OUT/times.txt
-dlm_tool dump >$OUT/daemon_dump.txt
+ctool dump >$OUT/daemon_dump.txt
 systemctl stop dlm
-systemctl stop corosync
 journalctl -u dlm --no-pager >$OUT/journal_dlm.txt
+if [ "$DAEMON" = rust ]; then
+    # and back: removing our package puts Debian's binaries back, and its daemon runs
+    check removed apt-get remove -y -q dlm-controld-rs
+    check debians-back debians_back
+    systemctl start dlm
+    check debian-daemon-runs-again daemon_answers
+    systemctl stop dlm
+fi
+systemctl stop corosync
 echo done >$OUT/done
 sync
 systemctl poweroff -ff

@@ -19,8 +19,17 @@ barrier() {
     done
 }
 . /host/guest/lib.sh
+# plocks2.py reads the daemons with Debian's dlm_tool too
+export DLM_TOOL=/usr/sbin/dlm_tool
+[ -x /usr/sbin/dlm_tool.distrib ] && DLM_TOOL=/usr/sbin/dlm_tool.distrib
 setup_node "$N"
-IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
+# the network device may still be on its way (udev's coldplug runs beside this service)
+modprobe virtio_net 2>/dev/null
+for i in $(seq 50); do
+    IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
+    [ -n "$IF" ] && break
+    sleep 0.2
+done
 ip addr add 10.9.0.$N/24 dev "$IF"
 ip link set "$IF" up
 systemctl start corosync
@@ -33,14 +42,14 @@ done
 corosync-quorumtool -s
 systemctl start dlm || journalctl -u dlm --no-pager | tail -40
 barrier up
-dlm_tool status
+ctool status
 if [ "$N" = 1 ]; then
     mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 2 /dev/vdb
 fi
 barrier mkfs
 mount -t gfs2 /dev/vdb /mnt
 barrier mounted
-dlm_tool ls
+ctool ls
 # the side-by-side numbers, when tests/vm/bench-two.sh asks for them
 [ -f /host/conf/bench ] && python3 /host/guest/plocks2.py "$N" /mnt $SYNC bench >$OUT/bench.txt 2>&1
 python3 /host/guest/plocks2.py "$N" /mnt $SYNC >$OUT/plocks.txt 2>&1
@@ -53,13 +62,20 @@ if [ -x /host/bin/dlm_tool ]; then
     python3 /host/guest/plocks2.py "$N" /mnt $SYNC crosswise $detect >$OUT/crosswise.txt 2>&1
     echo "crosswise exit $?" >>$OUT/crosswise.txt
 fi
+# an interrupted F_SETLKW (kernel >= 6.6 sends CANCEL), when the run asks for it
+if [ -f /host/conf/cancel ]; then
+    python3 /host/guest/plocks2.py "$N" /mnt $SYNC cancel >$OUT/cancel.txt 2>&1
+    echo "cancel exit $?" >>$OUT/cancel.txt
+    # the kernel had a reply for every request it sent and none for the cancelled LOCK
+    dmesg | grep -i 'dlm.*no op' >>$OUT/cancel.txt && echo "FAIL a reply the kernel did not expect" >>$OUT/cancel.txt
+fi
 barrier held
-dlm_tool plocks gfs0 >$OUT/dump.txt
-dlm_tool ls >$OUT/ls.txt
+ctool plocks gfs0 >$OUT/dump.txt
+ctool ls >$OUT/ls.txt
 barrier dumped
 if [ "$N" = 2 ]; then
     # node 2 fails: the kernel stops at once (qemu exits), holding its 100 locks
-    dlm_tool dump >$OUT/daemon_dump.txt
+    ctool dump >$OUT/daemon_dump.txt
     echo crashed >$OUT/crashed
     sync
     echo 1 >/proc/sys/kernel/sysrq
@@ -69,11 +85,11 @@ fi
 # node 1: the survivor recovers without it (enable_fencing=0)
 python3 /host/guest/plocks2.py "$N" /mnt $SYNC after-crash >$OUT/recovery.txt 2>&1
 echo "after-crash exit $?" >>$OUT/recovery.txt
-dlm_tool plocks gfs0 >$OUT/dump_after.txt
-dlm_tool ls >$OUT/ls_after.txt
+ctool plocks gfs0 >$OUT/dump_after.txt
+ctool ls >$OUT/ls_after.txt
 python3 /host/guest/plocks2.py "$N" /mnt $SYNC release
 umount /mnt
-dlm_tool dump >$OUT/daemon_dump.txt
+ctool dump >$OUT/daemon_dump.txt
 systemctl stop dlm
 systemctl stop corosync
 echo done >$OUT/done
