@@ -7,8 +7,14 @@ bash scripts/deps.sh
 cargo test --workspace --locked
 # the fuzz harnesses replay their seeds (fuzz/seeds; an ordinary test, no libFuzzer)
 cargo test --manifest-path fuzz/Cargo.toml --locked
-# the real kernel: Debian 12's kernel in qemu, our daemon under gfs2 (tests/vm/README.md)
+# the real kernel (tests/vm/README.md): our Debian package (scripts/deb.sh) on Debian 12's
+# kernel in qemu under gfs2, installed over Debian's daemon and removed again
 bash tests/vm/build-image.sh
 bash tests/vm/run-one.sh
-# two real kernels on one gfs2 disk: ours beside Debian's C daemon
+# two real kernels on one gfs2 disk: ours beside Debian's C daemon 4.2.0
 bash tests/vm/run-two.sh
+# Debian 13 (kernel 6.12, dlm 4.3.0): the same on one node, then two nodes with ours beside
+# C 4.3.0 and an interrupted F_SETLKW each way (the kernel's CANCEL)
+SUITE=trixie bash tests/vm/build-image.sh
+SUITE=trixie bash tests/vm/run-one.sh
+SUITE=trixie CANCEL=1 DLMCONF=c_peers_apply_cancel=1 bash tests/vm/run-two.sh

@@ -33,7 +33,7 @@ if [[ $DAEMON == rust ]]; then
     # the dump of 17,350 locks (over 1 MiB): ours whole, Debian's tool as against C
     echo "--- big dump: ours $(cat "$out/big_ours.txt") lines; Debian's tool: $(wc -c <"$out/big_c.txt") bytes, $(tr '\n' ' ' <"$out/big_c.err")"
     [[ $(cat "$out/big_ours.txt") -eq 17350 ]] || exit 1
-    if grep -q 'dlm_tool 4\.2' "$out/big_c.err"; then
+    if grep -q 'dlm_tool[.a-z]* 4\.2' "$out/big_c.err"; then
         grep -q '^exit 0' "$out/big_c.err" && [[ $(wc -c <"$out/big_c.txt") -le 1048576 ]] || exit 1
     else
         grep -q '^failed: No space left on device' "$out/big_c.err" && grep -q '^exit 1' "$out/big_c.err" || exit 1

@@ -10,8 +10,12 @@ DAEMON1=${DAEMON1:-rust}
 DAEMON2=${DAEMON2:-c}
 PORT=${PORT:-$((20000 + RANDOM % 20000))}
 RUN=${RUN:-$(mktemp -d /tmp/dlm-vm2.XXXXXX)}
+# UPGRADE=1: a rolling upgrade with gfs2 in use instead (guest/upgrade2.sh): both nodes
+# start on Debian's daemon and are moved to our package and back, one at a time
+UPGRADE=${UPGRADE:-0}
+[[ $UPGRADE == 1 ]] && DAEMON1=c DAEMON2=c
 need=no
-[[ $DAEMON1 == rust || $DAEMON2 == rust ]] && need=yes
+[[ $DAEMON1 == rust || $DAEMON2 == rust || $UPGRADE == 1 ]] && need=yes
 prepare_share "$RUN" $need 1:10.9.0.1 2:10.9.0.2
 echo "$DAEMON1" >"$RUN/share/conf/daemon1"
 echo "$DAEMON2" >"$RUN/share/conf/daemon2"
@@ -20,6 +24,7 @@ echo "$DAEMON2" >"$RUN/share/conf/daemon2"
 [[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
 # CANCEL=1: an interrupted F_SETLKW each way (guest/plocks2.py cancel; kernels >= 6.6)
 [[ ${CANCEL:-0} == 1 ]] && touch "$RUN/share/conf/cancel"
+[[ $UPGRADE == 1 ]] && touch "$RUN/share/conf/upgrade"
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G
 start=$SECONDS
 net() { echo "-netdev socket,id=n0,$1 -device virtio-net-pci,netdev=n0,mac=52:54:00:00:09:0$2,addr=0x7"; }
@@ -33,6 +38,15 @@ p2=$!
 wait $p1 $p2
 echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out"
 out=$RUN/share/out
+if [[ $UPGRADE == 1 ]]; then
+    for n in 1 2; do
+        echo "=== node $n"
+        cat "$out/node$n/upgrade.txt" 2>/dev/null || true
+    done
+    grep -q '^RESULT ok' "$out/node1/upgrade.txt" && grep -q '^RESULT ok' "$out/node2/upgrade.txt" &&
+        grep -q '^PASS ours-on-both: the two tables are identical' "$out/node1/upgrade.txt"
+    exit
+fi
 for n in 1 2; do
     echo "=== node $n ($(cat "$RUN/share/conf/daemon$n"))"
     for f in plocks.txt crosswise.txt cancel.txt ls.txt recovery.txt; do

@@ -11,6 +11,10 @@ r, w = os.pipe()
 child = os.fork()
 if child == 0:
     os.close(r)
+    # the caller reads our parent's stdout to its end: the child must not hold it open
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
     fd = os.open(os.path.join(d, "big"), os.O_RDWR | os.O_CREAT)
     for i in range(n):
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2 * i)

@@ -75,7 +75,14 @@ ctool ls >$OUT/ls.txt
 if [ "$DAEMON" = rust ]; then
     # a table of more than 1 MiB: Debian's dlm_tool reads its first MiB (4.2.0) or says
     # -ENOSPC (4.3.0), as against C's daemon; ours (installed as dlm_tool) reads it all
-    big=$(python3 /host/guest/bigdump.py /mnt 17000)
+    big=$(timeout 300 python3 /host/guest/bigdump.py /mnt 17000) || {
+        # what held it up: the daemon's log, its table, the waiting process's kernel stack
+        echo "bigdump failed" >>$OUT/big_c.err
+        /usr/sbin/dlm_tool dump >$OUT/big_daemon_dump.txt 2>&1
+        /usr/sbin/dlm_tool plocks gfs0 | wc -l >>$OUT/big_c.err
+        for p in $(pgrep -f bigdump.py); do cat /proc/$p/stack; done >$OUT/big_stacks.txt 2>&1
+        dmesg | tail -30 >$OUT/big_dmesg.txt
+    }
     ctool plocks gfs0 >$OUT/big_c.txt 2>$OUT/big_c.err
     echo "exit $?" >>$OUT/big_c.err
     /usr/sbin/dlm_tool plocks gfs0 | wc -l >$OUT/big_ours.txt

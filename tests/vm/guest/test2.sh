@@ -3,6 +3,8 @@
 # nodes over the VMs' socket network, the daemon named in /host/conf/daemonN ("rust" or
 # "c"), gfs2 on the shared disk /dev/vdb mounted on both, then plocks2.py across the nodes.
 # The VMs meet at file barriers in /host/sync (one 9p share for both).
+# a rolling upgrade instead, when the run asks for it
+[ -f /host/conf/upgrade ] && exec /bin/sh /host/guest/upgrade2.sh
 N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
 OUT=/host/out/node$N
 SYNC=/host/sync
