@@ -13,6 +13,9 @@ bash tests/vm/build-image.sh
 bash tests/vm/run-one.sh
 # two real kernels on one gfs2 disk: ours beside Debian's C daemon 4.2.0
 bash tests/vm/run-two.sh
+# a rolling upgrade with gfs2 in use: both on C, one node then the other to our package,
+# then one back to C, the other node's load and locks running on throughout
+UPGRADE=1 bash tests/vm/run-two.sh
 # Debian 13 (kernel 6.12, dlm 4.3.0): the same on one node, then two nodes with ours beside
 # C 4.3.0 and an interrupted F_SETLKW each way (the kernel's CANCEL)
 SUITE=trixie bash tests/vm/build-image.sh
