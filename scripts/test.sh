@@ -16,6 +16,9 @@ bash tests/vm/run-two.sh
 # a rolling upgrade with gfs2 in use: both on C, one node then the other to our package,
 # then one back to C, the other node's load and locks running on throughout
 UPGRADE=1 bash tests/vm/run-two.sh
+# fencing that powers the victim off: node 2's daemon killed with gfs2 in use, node 1 must
+# fence it (the host stops node 2's VM) before granting node 2's range
+FENCE=1 bash tests/vm/run-two.sh
 # Debian 13 (kernel 6.12, dlm 4.3.0): the same on one node, then two nodes with ours beside
 # C 4.3.0 and an interrupted F_SETLKW each way (the kernel's CANCEL)
 SUITE=trixie bash tests/vm/build-image.sh

@@ -14,6 +14,10 @@ RUN=${RUN:-$(mktemp -d /tmp/dlm-vm2.XXXXXX)}
 # start on Debian's daemon and are moved to our package and back, one at a time
 UPGRADE=${UPGRADE:-0}
 [[ $UPGRADE == 1 ]] && DAEMON1=c DAEMON2=c
+# FENCE=1: fencing instead (guest/fence2.sh): node 2's daemon is killed with gfs2 in use and
+# node 1 fences it with guest/fence_host.sh, which has this script power node 2's VM off
+FENCE=${FENCE:-0}
+[[ $FENCE == 1 ]] && DAEMON2=${DAEMON2_FENCED:-rust}
 need=no
 [[ $DAEMON1 == rust || $DAEMON2 == rust || $UPGRADE == 1 ]] && need=yes
 prepare_share "$RUN" $need 1:10.9.0.1 2:10.9.0.2
@@ -25,6 +29,29 @@ echo "$DAEMON2" >"$RUN/share/conf/daemon2"
 # CANCEL=1: an interrupted F_SETLKW each way (guest/plocks2.py cancel; kernels >= 6.6)
 [[ ${CANCEL:-0} == 1 ]] && touch "$RUN/share/conf/cancel"
 [[ $UPGRADE == 1 ]] && touch "$RUN/share/conf/upgrade"
+if [[ $FENCE == 1 ]]; then
+    touch "$RUN/share/conf/fence"
+    mkdir -p "$RUN/share/fence"
+    printf 'enable_fencing=1\npost_join_delay=5\nenable_startup_fencing=0\nfence_all /host/guest/fence_host.sh\n' >"$RUN/share/conf/dlm.conf"
+fi
+
+# the host's side of fence_host.sh: when a node asks for node N to be fenced, wait
+# FENCE_DELAY seconds (the survivors must wait meanwhile), power N's VM off (kill its qemu,
+# started by this script), then say so
+fencer() {
+    local f=$RUN/share/fence n p
+    while [[ ! -f $f/stop ]]; do
+        for n in 1 2; do
+            if [[ -f $f/req.$n && ! -f $f/done.$n ]]; then
+                sleep "${FENCE_DELAY:-5}"
+                for p in $(pgrep -f "qemu-system-x86_64 .*$RUN/root-$n.qcow2"); do kill -KILL "$p"; done
+                echo "$(date +%s.%N) host powered node $n off" >>"$f/log"
+                touch "$f/done.$n"
+            fi
+        done
+        sleep 0.2
+    done
+}
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G
 start=$SECONDS
 net() { echo "-netdev socket,id=n0,$1 -device virtio-net-pci,netdev=n0,mac=52:54:00:00:09:0$2,addr=0x7"; }
@@ -35,9 +62,20 @@ sleep 2
 # shellcheck disable=SC2046
 vm "$RUN" 2 "dlmnode=2" $(net "connect=127.0.0.1:$PORT" 2) &
 p2=$!
+fp=
+[[ $FENCE == 1 ]] && { fencer & fp=$!; }
 wait $p1 $p2
+[[ -n $fp ]] && { touch "$RUN/share/fence/stop"; wait "$fp"; }
 echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out"
 out=$RUN/share/out
+if [[ $FENCE == 1 ]]; then
+    echo "--- fence.txt (node 1: $DAEMON1, node 2: $DAEMON2)"
+    cat "$out/node1/fence.txt" 2>/dev/null || true
+    echo "--- fence log"
+    cat "$RUN/share/fence/log" 2>/dev/null || true
+    grep -q '^RESULT ok' "$out/node1/fence.txt" && [[ -f $out/node1/done ]]
+    exit
+fi
 if [[ $UPGRADE == 1 ]]; then
     for n in 1 2; do
         echo "=== node $n"

@@ -55,3 +55,36 @@ debians_back() {
 daemon_answers() {
     ctool status | grep -q '^cluster nodeid'
 }
+
+# barrier NAME: waits until both nodes reached NAME (marks in $SYNC; $N is this node)
+barrier() {
+    touch $SYNC/$1.$N
+    i=0
+    while [ ! -f $SYNC/$1.1 ] || [ ! -f $SYNC/$1.2 ]; do
+        sleep 0.2
+        i=$((i + 1))
+        [ $i -gt 3000 ] && { echo "barrier $1 timed out"; break; }
+    done
+}
+
+# cluster_up N: this VM's address on the socket network, corosync until quorate, dlm
+cluster_up() {
+    # the network device may still be on its way (udev's coldplug runs beside the test)
+    modprobe virtio_net 2>/dev/null
+    for i in $(seq 50); do
+        IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
+        [ -n "$IF" ] && break
+        sleep 0.2
+    done
+    ip addr add 10.9.0.$1/24 dev "$IF"
+    ip link set "$IF" up
+    systemctl start corosync
+    i=0
+    until corosync-quorumtool -s | grep -q 'Quorate: *Yes'; do
+        sleep 0.5
+        i=$((i + 1))
+        [ $i -gt 240 ] && break
+    done
+    corosync-quorumtool -s
+    systemctl start dlm || journalctl -u dlm --no-pager | tail -40
+}

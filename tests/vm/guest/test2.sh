@@ -5,44 +5,20 @@
 # The VMs meet at file barriers in /host/sync (one 9p share for both).
 # a rolling upgrade instead, when the run asks for it
 [ -f /host/conf/upgrade ] && exec /bin/sh /host/guest/upgrade2.sh
+# or fencing with an agent that powers the victim off
+[ -f /host/conf/fence ] && exec /bin/sh /host/guest/fence2.sh
 N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
 OUT=/host/out/node$N
 SYNC=/host/sync
 mkdir -p $OUT
 exec >$OUT/test.log 2>&1
 set -x
-barrier() {
-    touch $SYNC/$1.$N
-    i=0
-    while [ ! -f $SYNC/$1.1 ] || [ ! -f $SYNC/$1.2 ]; do
-        sleep 0.2
-        i=$((i + 1))
-        [ $i -gt 3000 ] && { echo "barrier $1 timed out"; break; }
-    done
-}
 . /host/guest/lib.sh
 # plocks2.py reads the daemons with Debian's dlm_tool too
 export DLM_TOOL=/usr/sbin/dlm_tool
 [ -x /usr/sbin/dlm_tool.distrib ] && DLM_TOOL=/usr/sbin/dlm_tool.distrib
 setup_node "$N"
-# the network device may still be on its way (udev's coldplug runs beside this service)
-modprobe virtio_net 2>/dev/null
-for i in $(seq 50); do
-    IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
-    [ -n "$IF" ] && break
-    sleep 0.2
-done
-ip addr add 10.9.0.$N/24 dev "$IF"
-ip link set "$IF" up
-systemctl start corosync
-i=0
-until corosync-quorumtool -s | grep -q 'Quorate: *Yes'; do
-    sleep 0.5
-    i=$((i + 1))
-    [ $i -gt 240 ] && break
-done
-corosync-quorumtool -s
-systemctl start dlm || journalctl -u dlm --no-pager | tail -40
+cluster_up "$N"
 barrier up
 ctool status
 if [ "$N" = 1 ]; then

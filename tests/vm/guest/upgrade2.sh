@@ -14,15 +14,6 @@ mkdir -p $OUT
 exec >$OUT/test.log 2>&1
 set -x
 . /host/guest/lib.sh
-barrier() {
-    touch $SYNC/$1.$N
-    i=0
-    while [ ! -f $SYNC/$1.1 ] || [ ! -f $SYNC/$1.2 ]; do
-        sleep 0.2
-        i=$((i + 1))
-        [ $i -gt 3000 ] && { echo "FAIL barrier $1 timed out" >>$OUT/upgrade.txt; break; }
-    done
-}
 load() { python3 /host/guest/load2.py "$1" "$N" /mnt >>$OUT/upgrade.txt 2>&1; }
 version() { /usr/sbin/dlm_controld --version | head -1; }
 
@@ -64,22 +55,7 @@ replace() {
 }
 
 setup_node "$N"
-modprobe virtio_net 2>/dev/null
-for i in $(seq 50); do
-    IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
-    [ -n "$IF" ] && break
-    sleep 0.2
-done
-ip addr add 10.9.0.$N/24 dev "$IF"
-ip link set "$IF" up
-systemctl start corosync
-i=0
-until corosync-quorumtool -s | grep -q 'Quorate: *Yes'; do
-    sleep 0.5
-    i=$((i + 1))
-    [ $i -gt 240 ] && break
-done
-systemctl start dlm
+cluster_up "$N"
 barrier up
 [ "$N" = 1 ] && mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 2 /dev/vdb
 barrier mkfs

@@ -1,0 +1,39 @@
+#!/bin/sh
+# Fencing on real kernels (run-two.sh with FENCE=1; test2.sh hands over to this script).
+# dlm.conf has enable_fencing=1 and the agent fence_host.sh, which has the host power the
+# victim's VM off. Node 2 holds a lock and its dlm_controld is killed (kill -9) with gfs2
+# mounted; node 1's F_SETLKW for the same range must wait until node 2 is fenced, then be
+# granted (fence2.py). Results in fence.txt.
+N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
+OUT=/host/out/node$N
+SYNC=/host/sync
+mkdir -p $OUT
+exec >$OUT/test.log 2>&1
+set -x
+. /host/guest/lib.sh
+export DLM_TOOL=/usr/sbin/dlm_tool
+setup_node "$N"
+cluster_up "$N"
+barrier up
+[ "$N" = 1 ] && mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 2 /dev/vdb
+barrier mkfs
+mount -t gfs2 /dev/vdb /mnt
+barrier mounted
+if [ "$N" = 2 ]; then
+    python3 /host/guest/fence2.py 2 /mnt $SYNC hold
+    while [ ! -f $SYNC/fwaiting.1 ]; do sleep 0.2; done
+    # our daemon dies with the lockspace in use; the host powers this VM off when fenced
+    kill -9 "$(pidof dlm_controld)"
+    touch $SYNC/fkilled.2
+    sleep 600
+fi
+python3 /host/guest/fence2.py 1 /mnt $SYNC wait >$OUT/fence.txt 2>&1
+echo "fence2.py exit $?" >>$OUT/fence.txt
+ctool ls >$OUT/ls_after.txt
+journalctl -u dlm --no-pager >$OUT/journal_dlm.txt
+umount /mnt
+systemctl stop dlm
+systemctl stop corosync
+echo done >$OUT/done
+sync
+systemctl poweroff -ff
