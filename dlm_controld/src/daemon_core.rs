@@ -134,7 +134,15 @@ pub struct DaemonCore {
     cluster_add: BTreeMap<u32, u64>,
     quorum_lockspace: bool,
     fencing_enabled: bool,
+    /// Messages other than PROTOCOL delivered before our protocol was negotiated, applied
+    /// once it is (at most [`EARLY_MAX`]).
+    early: std::collections::VecDeque<(u32, Vec<u8>)>,
 }
+
+/// Daemon-group messages kept from before our protocol is negotiated. An older member's
+/// FENCE_CLEAR for a new node may come first (C sends it when the group shows the node,
+/// before the node's PROTOCOL); dropped, the new node would wait for fencing forever.
+pub const EARLY_MAX: usize = 256;
 
 impl DaemonCore {
     /// A daemon about to join the group, fencing by `fencing`.
@@ -155,6 +163,7 @@ impl DaemonCore {
                 .map(|&n| (n, start.at.mono))
                 .collect(),
             quorum_lockspace: start.quorum_lockspace,
+            early: std::collections::VecDeque::new(),
             fencing_enabled: fence_opts.enabled,
         }
     }
@@ -298,10 +307,19 @@ impl DaemonCore {
             return vec![Action::Dropped];
         }
         if !matches!(msg.body, Body::Protocol(_)) && !self.fencing.allowed() {
-            tracing::debug!(
-                "deliver_cb_daemon ignore non proto msg {}",
-                msg.header.msg_type.0
-            );
+            // C drops these ("don't think this will happen"); it does, beside C
+            if self.early.len() < EARLY_MAX {
+                tracing::debug!(
+                    "deliver_cb_daemon save msg {} from {from} until the protocol is set",
+                    msg.header.msg_type.0
+                );
+                self.early.push_back((from, payload.to_vec()));
+            } else {
+                tracing::error!(
+                    "deliver_cb_daemon dropped msg {} from {from}: {EARLY_MAX} kept already",
+                    msg.header.msg_type.0
+                );
+            }
             return Vec::new();
         }
         let mut out = Vec::new();
@@ -370,7 +388,12 @@ impl DaemonCore {
     /// Our protocol is negotiated: fencing work may begin (`daemon_fence_allow`).
     pub fn handle_negotiated(&mut self, now: Now) -> Vec<Action> {
         self.fencing.allow();
-        self.handle_fence_work(now)
+        let mut out = Vec::new();
+        for (from, payload) in std::mem::take(&mut self.early) {
+            out.extend(self.handle_delivery(now, from, &payload));
+        }
+        out.extend(self.handle_fence_work(now));
+        out
     }
 
     /// Runs the fence work now.

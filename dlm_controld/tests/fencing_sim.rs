@@ -103,6 +103,12 @@ impl Cluster {
     /// Node `id` starts: a daemon with the configured nodelist 1..=3 joins the group
     /// (no quorum service: its ring follows the group's, as the embedded daemon's).
     fn start(&mut self, id: u32) {
+        self.join(id);
+        self.settle();
+    }
+
+    /// A daemon joins the group; nothing is delivered yet.
+    fn join(&mut self, id: u32) {
         let group = self.bus.join(id, DAEMON_GROUP_NAME).expect("join");
         let fence = Fencing::new(
             id,
@@ -139,7 +145,6 @@ impl Cluster {
                 negotiated: false,
             },
         );
-        self.settle();
     }
 
     /// Performs node `id`'s actions as the daemon's shell does.
@@ -710,6 +715,53 @@ fn a_late_joiner_negotiates_and_is_not_fenced() {
                 assert!(!n.fence().needs_fencing(3), "{what}");
                 assert_eq!(n.fence().in_progress(), 0, "{what}");
             }
+        }
+    }
+}
+
+#[test]
+fn a_late_joiner_keeps_a_fence_clear_that_comes_before_its_protocol() {
+    // without startup fencing an older member clears a new node's fipu as soon as the
+    // daemon group shows the node (C does, before the node's PROTOCOL): the new node must
+    // keep that FENCE_CLEAR until its protocol is negotiated, not drop it and wait for
+    // fencing forever (seen on real kernels beside C 4.2.0)
+    let opts = FenceOpts {
+        startup: false,
+        ..opts()
+    };
+    for seed in 1..=100 {
+        let mut c = Cluster::new(seed, opts, "");
+        c.start(1);
+        c.tick(15);
+        c.join(2);
+        // node 1 speaks as C 4.2.0 does: the clear goes out before node 2's PROTOCOL
+        let clear = dlm_proto::wire::FenceResult {
+            flags: dlm_proto::wire::FenceFlags(
+                dlm_proto::wire::FenceFlags::CLEAR_STARTUP
+                    | dlm_proto::wire::FenceFlags::CLEAR_FIPU,
+            ),
+            nodeid: 2,
+            result: 0,
+            fence_walltime: 0,
+        };
+        let bytes = clear.encode(dlm_proto::wire::MsgType::FENCE_CLEAR, 1);
+        let n1 = c.nodes.get_mut(&1).expect("node 1");
+        n1.group.mcast(&bytes).expect("mcast");
+        c.settle();
+        c.tick(5);
+        for (id, n) in &c.nodes {
+            let what = format!("seed {seed} node {id}: {:?}", n.log);
+            assert!(matches!(n.core.proto().negotiated(), Some(Ok(_))), "{what}");
+            assert_eq!(
+                n.fence().in_progress(),
+                0,
+                "fencing no longer unknown: {what}"
+            );
+            // (our node 1 sends its clear again once node 2's PROTOCOL comes; C does not)
+            assert!(
+                !n.log.iter().any(|l| l.contains("ignore")),
+                "nothing dropped: {what}"
+            );
         }
     }
 }

@@ -29,6 +29,8 @@ echo "$DAEMON2" >"$RUN/share/conf/daemon2"
 # CANCEL=1: an interrupted F_SETLKW each way (guest/plocks2.py cancel; kernels >= 6.6)
 [[ ${CANCEL:-0} == 1 ]] && touch "$RUN/share/conf/cancel"
 [[ $UPGRADE == 1 ]] && touch "$RUN/share/conf/upgrade"
+# SOAK=<seconds>: the plock load of load2.py on both nodes that long (guest/soak2.sh)
+[[ -n ${SOAK:-} ]] && echo "$SOAK" >"$RUN/share/conf/soak"
 if [[ $FENCE == 1 ]]; then
     touch "$RUN/share/conf/fence"
     mkdir -p "$RUN/share/fence"
@@ -68,6 +70,15 @@ wait $p1 $p2
 [[ -n $fp ]] && { touch "$RUN/share/fence/stop"; wait "$fp"; }
 echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out"
 out=$RUN/share/out
+if [[ -n ${SOAK:-} ]]; then
+    for n in 1 2; do
+        echo "=== node $n ($(cat "$RUN/share/conf/daemon$n"))"
+        cat "$out/node$n/soak.txt" 2>/dev/null || true
+    done
+    grep -q '^RESULT ok' "$out/node1/soak.txt" && grep -q '^RESULT ok' "$out/node2/soak.txt" &&
+        grep -q '^PASS after' "$out/node1/soak.txt"
+    exit
+fi
 if [[ $FENCE == 1 ]]; then
     echo "--- fence.txt (node 1: $DAEMON1, node 2: $DAEMON2)"
     cat "$out/node1/fence.txt" 2>/dev/null || true

@@ -540,10 +540,19 @@ mod tests {
         let text = String::from_utf8(l.plock.contents()).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
-        assert!(lines[0].starts_with("7 foo plock_read_count 1000 time "), "{text}");
-        assert!(lines[1].starts_with("7 foo plock_read_count 2000 time "), "{text}");
+        assert!(
+            lines[0].starts_with("7 foo plock_read_count 1000 time "),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with("7 foo plock_read_count 2000 time "),
+            "{text}"
+        );
         assert!(lines[0].ends_with(" s delays 0"), "{text}");
-        assert!(lines[2].starts_with("7 foo plock_recv_count 1000 time "), "{text}");
+        assert!(
+            lines[2].starts_with("7 foo plock_recv_count 1000 time "),
+            "{text}"
+        );
         assert!(lines[2].ends_with(" s"), "{text}");
     }
 

@@ -12,26 +12,18 @@ import subprocess
 import sys
 import time
 
-from plockutil import check, finish
+from plockutil import check, finish, mark_in, wait_in
 
 n, d, sync, what = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 path = os.path.join(d, "fenced")
 
 
 def mark(name):
-    p = os.path.join(sync, "%s.%d" % (name, n))
-    open(p + ".tmp", "w").close()
-    os.rename(p + ".tmp", p)
+    mark_in(sync, n, name)
 
 
-def wait(name, node, limit=600):
-    p = os.path.join(sync, "%s.%d" % (name, node))
-    t = time.monotonic()
-    while not os.path.exists(p):
-        if time.monotonic() - t > limit:
-            check("waited for %s.%d" % (name, node), False)
-            finish()
-        time.sleep(0.1)
+def wait(name, node):
+    wait_in(sync, name, node, 600)
 
 
 def ls():

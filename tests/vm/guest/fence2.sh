@@ -4,21 +4,10 @@
 # victim's VM off. Node 2 holds a lock and its dlm_controld is killed (kill -9) with gfs2
 # mounted; node 1's F_SETLKW for the same range must wait until node 2 is fenced, then be
 # granted (fence2.py). Results in fence.txt.
-N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
-OUT=/host/out/node$N
-SYNC=/host/sync
-mkdir -p $OUT
-exec >$OUT/test.log 2>&1
-set -x
 . /host/guest/lib.sh
+begin_two
 export DLM_TOOL=/usr/sbin/dlm_tool
-setup_node "$N"
-cluster_up "$N"
-barrier up
-[ "$N" = 1 ] && mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 2 /dev/vdb
-barrier mkfs
-mount -t gfs2 /dev/vdb /mnt
-barrier mounted
+gfs2_up
 if [ "$N" = 2 ]; then
     python3 /host/guest/fence2.py 2 /mnt $SYNC hold
     while [ ! -f $SYNC/fwaiting.1 ]; do sleep 0.2; done

@@ -88,3 +88,28 @@ cluster_up() {
     corosync-quorumtool -s
     systemctl start dlm || journalctl -u dlm --no-pager | tail -40
 }
+
+# begin_two: this node's number (dlmnode=N on the kernel command line), its results
+# directory (the test's output goes to its test.log, traced) and the VMs' meeting place
+begin_two() {
+    N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
+    OUT=/host/out/node$N
+    SYNC=/host/sync
+    mkdir -p $OUT
+    exec >$OUT/test.log 2>&1
+    set -x
+}
+
+# gfs2_up: the node set up (setup_node), in the cluster with dlm running, the shared
+# gfs2 made by node 1 and mounted on /mnt on both
+gfs2_up() {
+    setup_node "$N"
+    cluster_up "$N"
+    barrier up
+    [ "$N" = 1 ] && mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 2 /dev/vdb
+    barrier mkfs
+    # what the daemon says if the mount is slow (its lockspace join waits for something)
+    (sleep 40; ctool ls; ctool status; ctool dump) >$OUT/mount_wait.txt 2>&1 &
+    mount -t gfs2 /dev/vdb /mnt
+    barrier mounted
+}

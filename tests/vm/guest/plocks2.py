@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from plockutil import check, finish, getlk, hold, release_holder
+from plockutil import check, finish, getlk, hold, mark_in, release_holder, wait_in
 
 n, d, sync = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 other = 3 - n
@@ -47,28 +47,12 @@ if len(sys.argv) > 4 and sys.argv[4] == "release":
     release_holder()
 
 
-
-
 def mark(name, text=""):
-    """Creates the mark with its text at once (the other node may read it the moment it
-    exists): written beside it, then renamed."""
-    p = os.path.join(sync, "%s.%d" % (name, n))
-    with open(p + ".tmp", "w") as f:
-        f.write(text)
-    os.rename(p + ".tmp", p)
+    mark_in(sync, n, name, text)
 
 
 def wait(name, node, limit=300):
-    p = os.path.join(sync, "%s.%d" % (name, node))
-    t = time.monotonic()
-    while not os.path.exists(p):
-        if time.monotonic() - t > limit:
-            check("waited for %s.%d" % (name, node), False)
-            sys.exit(1)
-        time.sleep(0.1)
-    return open(p).read()
-
-
+    return wait_in(sync, name, node, limit)
 
 
 def bench(secs=5.0):
@@ -312,7 +296,6 @@ def holder_then_waiter(first):
 
 holder_then_waiter(1)
 holder_then_waiter(2)
-
 
 
 def take_100():

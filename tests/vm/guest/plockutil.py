@@ -63,3 +63,25 @@ def finish():
     """Prints the RESULT line and exits with it."""
     print("RESULT", "ok" if all_passed() else "failed", flush=True)
     sys.exit(0 if all_passed() else 1)
+
+
+def mark_in(sync, n, name, text=""):
+    """Creates the mark NAME.N in SYNC with its text at once (the other node may read it
+    the moment it exists): written beside it, then renamed."""
+    p = os.path.join(sync, "%s.%d" % (name, n))
+    with open(p + ".tmp", "w") as f:
+        f.write(text)
+    os.rename(p + ".tmp", p)
+
+
+def wait_in(sync, name, node, limit=300):
+    """Waits for the mark NAME.NODE in SYNC and returns its text; FAIL and exit after
+    `limit` seconds."""
+    p = os.path.join(sync, "%s.%d" % (name, node))
+    t = time.monotonic()
+    while not os.path.exists(p):
+        if time.monotonic() - t > limit:
+            check("waited for %s.%d" % (name, node), False)
+            finish()
+        time.sleep(0.1)
+    return open(p).read()

@@ -7,13 +7,10 @@
 [ -f /host/conf/upgrade ] && exec /bin/sh /host/guest/upgrade2.sh
 # or fencing with an agent that powers the victim off
 [ -f /host/conf/fence ] && exec /bin/sh /host/guest/fence2.sh
-N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
-OUT=/host/out/node$N
-SYNC=/host/sync
-mkdir -p $OUT
-exec >$OUT/test.log 2>&1
-set -x
+# or a soak of a plock load on both nodes
+[ -f /host/conf/soak ] && exec /bin/sh /host/guest/soak2.sh
 . /host/guest/lib.sh
+begin_two
 # plocks2.py reads the daemons with Debian's dlm_tool too
 export DLM_TOOL=/usr/sbin/dlm_tool
 [ -x /usr/sbin/dlm_tool.distrib ] && DLM_TOOL=/usr/sbin/dlm_tool.distrib

@@ -7,13 +7,8 @@
 # node stops its load, unmounts, stops dlm, changes package, starts dlm, mounts and starts
 # its load again; then both pause their loads, and both daemons' tables must be identical
 # and the other node's holder must still have its locks. Results in upgrade.txt.
-N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
-OUT=/host/out/node$N
-SYNC=/host/sync
-mkdir -p $OUT
-exec >$OUT/test.log 2>&1
-set -x
 . /host/guest/lib.sh
+begin_two
 load() { python3 /host/guest/load2.py "$1" "$N" /mnt >>$OUT/upgrade.txt 2>&1; }
 version() { /usr/sbin/dlm_controld --version | head -1; }
 
@@ -54,13 +49,7 @@ replace() {
     compare "$3"
 }
 
-setup_node "$N"
-cluster_up "$N"
-barrier up
-[ "$N" = 1 ] && mkfs.gfs2 -O -p lock_dlm -t vmclust:gfs0 -j 2 /dev/vdb
-barrier mkfs
-mount -t gfs2 /dev/vdb /mnt
-barrier mounted
+gfs2_up
 load start
 barrier loaded
 compare c-and-c
