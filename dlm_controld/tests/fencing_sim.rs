@@ -735,16 +735,13 @@ fn a_late_joiner_keeps_a_fence_clear_that_comes_before_its_protocol() {
         c.tick(15);
         c.join(2);
         // node 1 speaks as C 4.2.0 does: the clear goes out before node 2's PROTOCOL
-        let clear = dlm_proto::wire::FenceResult {
-            flags: dlm_proto::wire::FenceFlags(
-                dlm_proto::wire::FenceFlags::CLEAR_STARTUP
-                    | dlm_proto::wire::FenceFlags::CLEAR_FIPU,
-            ),
+        let clear = FenceResult {
+            flags: FenceFlags(FenceFlags::CLEAR_STARTUP | FenceFlags::CLEAR_FIPU),
             nodeid: 2,
             result: 0,
             fence_walltime: 0,
         };
-        let bytes = clear.encode(dlm_proto::wire::MsgType::FENCE_CLEAR, 1);
+        let bytes = clear.encode(MsgType::FENCE_CLEAR, 1);
         let n1 = c.nodes.get_mut(&1).expect("node 1");
         n1.group.mcast(&bytes).expect("mcast");
         c.settle();
