@@ -1,8 +1,8 @@
 //! The kobject uevent that announces a lockspace:
 //! `online@/kernel/dlm/<ls>\0ACTION=online\0DEVPATH=/kernel/dlm/<ls>\0SUBSYSTEM=dlm\0LOCKSPACE=<ls>\0SEQNUM=<n>\0`.
 //!
-//! Parsing mirrors `process_uevent()` in main.c: only the first string decides; the
-//! key=value pairs are checked for consistency when present.
+//! Parsing mirrors dlm 4.3.0's `process_uevent()` in main.c: the variables decide (4.2.0
+//! split the first string instead; the kernel's events say the same in both).
 
 use crate::{LockspaceName, NameError};
 
@@ -39,12 +39,10 @@ pub struct Uevent {
 /// `add@`/`remove@`) and are [`UeventError::Ignored`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UeventError {
-    /// Not a dlm online/offline event (another subsystem, or `add@`/`remove@`).
+    /// Not a dlm online/offline event: another subsystem, another action (`add`,
+    /// `remove`), or a variable missing.
     #[error("not a dlm online/offline uevent")]
     Ignored,
-    /// The devpath does not have the four parts `act@/kernel/dlm/<ls>`.
-    #[error("uevent message has {0} args")]
-    Args(usize),
     /// The lockspace name is invalid.
     #[error("uevent lockspace name: {0}")]
     Name(#[from] NameError),
@@ -57,51 +55,49 @@ pub enum UeventError {
 }
 
 impl Uevent {
-    /// Parses one raw uevent as the netlink socket delivers it.
+    /// Parses one raw uevent as the netlink socket delivers it, by its variables as
+    /// dlm 4.3.0's `process_uevent`/`decode_uevent` do: `ACTION=`, `DEVPATH=`,
+    /// `SUBSYSTEM=` and `LOCKSPACE=` must all be there and `SUBSYSTEM=dlm`; the action and
+    /// the lockspace are those variables' (the first string, which 4.2.0 read, is not).
     pub fn parse(bytes: &[u8]) -> Result<Self, UeventError> {
-        let mut strings = bytes.split(|&b| b == 0);
-        let first = strings.next().unwrap_or_default();
-        let Some(at) = first.iter().position(|&b| b == b'@') else {
-            return Err(UeventError::Ignored);
-        };
-        let action = match &first[..at] {
-            b"online" => UeventAction::Online,
-            b"offline" => UeventAction::Offline,
-            _ => return Err(UeventError::Ignored),
-        };
-        let path = &first[at + 1..];
-        let parts: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
-        // "/kernel/dlm/<ls>" splits into "", "kernel", "dlm", "<ls>".
-        if parts.first().is_some_and(|p| !p.is_empty()) || parts.get(2) != Some(&&b"dlm"[..]) {
-            return Err(UeventError::Ignored);
-        }
-        if parts.len() != 4 || parts[1] != b"kernel" {
-            return Err(UeventError::Args(parts.len()));
-        }
-        let lockspace = LockspaceName::new(parts[3])?;
-        let mut seqnum = None;
-        for kv in strings {
+        let (mut action, mut devpath, mut subsystem, mut lockspace, mut seqnum) =
+            (None, None, None, None, None);
+        // the first string is "<action>@<devpath>", no variable
+        for kv in bytes.split(|&b| b == 0).skip(1) {
             let Some(eq) = kv.iter().position(|&b| b == b'=') else {
                 continue;
             };
             let (key, value) = (&kv[..eq], &kv[eq + 1..]);
-            match key {
-                b"LOCKSPACE" if value != lockspace.as_bytes() => {
-                    return Err(UeventError::Mismatch { key: "LOCKSPACE" });
-                }
-                b"ACTION" if value != action.as_str().as_bytes() => {
-                    return Err(UeventError::Mismatch { key: "ACTION" });
-                }
-                b"SEQNUM" => {
-                    seqnum = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
-                }
-                _ => {}
-            }
+            // the last of each wins, as in decode_uevent (the kernel sends each once)
+            let slot = match key {
+                b"ACTION" => &mut action,
+                b"DEVPATH" => &mut devpath,
+                b"SUBSYSTEM" => &mut subsystem,
+                b"LOCKSPACE" => &mut lockspace,
+                b"SEQNUM" => &mut seqnum,
+                _ => continue,
+            };
+            *slot = Some(value);
         }
+        let (Some(action), Some(_), Some(subsystem), Some(lockspace)) =
+            (action, devpath, subsystem, lockspace)
+        else {
+            return Err(UeventError::Ignored);
+        };
+        if subsystem != b"dlm" {
+            return Err(UeventError::Ignored);
+        }
+        let action = match action {
+            b"online" => UeventAction::Online,
+            b"offline" => UeventAction::Offline,
+            _ => return Err(UeventError::Ignored),
+        };
         Ok(Self {
             action,
-            lockspace,
-            seqnum,
+            lockspace: LockspaceName::new(lockspace)?,
+            seqnum: seqnum
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.parse().ok()),
         })
     }
 
@@ -146,21 +142,73 @@ mod tests {
 
     #[test]
     fn ignored_and_bad() {
+        let ev = |vars: &[&str]| {
+            let mut v = b"online@/kernel/dlm/foo\0".to_vec();
+            for s in vars {
+                v.extend_from_slice(s.as_bytes());
+                v.push(0);
+            }
+            Uevent::parse(&v)
+        };
+        let all = [
+            "ACTION=online",
+            "DEVPATH=/kernel/dlm/foo",
+            "SUBSYSTEM=dlm",
+            "LOCKSPACE=foo",
+        ];
+        assert!(ev(&all).is_ok());
+        // each of the four is needed
+        for skip in 0..4 {
+            let some: Vec<&str> = (0..4).filter(|&i| i != skip).map(|i| all[i]).collect();
+            assert_eq!(
+                ev(&some),
+                Err(UeventError::Ignored),
+                "without {}",
+                all[skip]
+            );
+        }
+        // the variables decide, not the first string (4.3.0)
+        let r = ev(&[
+            "ACTION=offline",
+            "DEVPATH=/kernel/dlm/bar",
+            "SUBSYSTEM=dlm",
+            "LOCKSPACE=bar",
+        ])
+        .expect("parses");
         assert_eq!(
-            Uevent::parse(b"add@/kernel/dlm/foo\0"),
+            (r.action, r.lockspace.as_bytes()),
+            (UeventAction::Offline, &b"bar"[..])
+        );
+        assert_eq!(
+            ev(&[
+                "ACTION=add",
+                "DEVPATH=/kernel/dlm/foo",
+                "SUBSYSTEM=dlm",
+                "LOCKSPACE=foo"
+            ]),
             Err(UeventError::Ignored)
         );
         assert_eq!(
-            Uevent::parse(b"online@/devices/virtual/net/lo\0"),
+            ev(&[
+                "ACTION=online",
+                "DEVPATH=/kernel/dlm/foo",
+                "SUBSYSTEM=net",
+                "LOCKSPACE=foo"
+            ]),
             Err(UeventError::Ignored)
         );
+        assert!(matches!(
+            ev(&[
+                "ACTION=online",
+                "DEVPATH=/kernel/dlm/x",
+                "SUBSYSTEM=dlm",
+                "LOCKSPACE="
+            ]),
+            Err(UeventError::Name(_))
+        ));
         assert_eq!(
-            Uevent::parse(b"online@/kernel/dlm\0"),
-            Err(UeventError::Args(3))
-        );
-        assert_eq!(
-            Uevent::parse(b"offline@/kernel/dlm/foo\0LOCKSPACE=bar\0"),
-            Err(UeventError::Mismatch { key: "LOCKSPACE" })
+            Uevent::parse(b"online@/kernel/dlm/foo\0"),
+            Err(UeventError::Ignored)
         );
         assert_eq!(Uevent::parse(b""), Err(UeventError::Ignored));
     }
