@@ -16,8 +16,9 @@ UPGRADE=${UPGRADE:-0}
 [[ $UPGRADE == 1 ]] && DAEMON1=c DAEMON2=c
 # FENCE=1: fencing instead (guest/fence2.sh): node 2's daemon is killed with gfs2 in use and
 # node 1 fences it with guest/fence_host.sh, which has this script power node 2's VM off
+# (FENCE=crash: node 2's kernel stops dead instead of its daemon)
 FENCE=${FENCE:-0}
-[[ $FENCE == 1 ]] && DAEMON2=${DAEMON2_FENCED:-rust}
+[[ $FENCE != 0 ]] && DAEMON2=${DAEMON2_FENCED:-rust}
 need=no
 [[ $DAEMON1 == rust || $DAEMON2 == rust || $UPGRADE == 1 ]] && need=yes
 prepare_share "$RUN" $need 1:10.9.0.1 2:10.9.0.2
@@ -31,8 +32,8 @@ echo "$DAEMON2" >"$RUN/share/conf/daemon2"
 [[ $UPGRADE == 1 ]] && touch "$RUN/share/conf/upgrade"
 # SOAK=<seconds>: the plock load of load2.py on both nodes that long (guest/soak2.sh)
 [[ -n ${SOAK:-} ]] && echo "$SOAK" >"$RUN/share/conf/soak"
-if [[ $FENCE == 1 ]]; then
-    touch "$RUN/share/conf/fence"
+if [[ $FENCE != 0 ]]; then
+    echo "$FENCE" >"$RUN/share/conf/fence"
     mkdir -p "$RUN/share/fence"
     printf 'enable_fencing=1\npost_join_delay=5\nenable_startup_fencing=0\nfence_all /host/guest/fence_host.sh\n' >"$RUN/share/conf/dlm.conf"
 fi
@@ -65,7 +66,7 @@ sleep 2
 vm "$RUN" 2 "dlmnode=2" $(net "connect=127.0.0.1:$PORT" 2) &
 p2=$!
 fp=
-[[ $FENCE == 1 ]] && { fencer & fp=$!; }
+[[ $FENCE != 0 ]] && { fencer & fp=$!; }
 wait $p1 $p2
 [[ -n $fp ]] && { touch "$RUN/share/fence/stop"; wait "$fp"; }
 echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out"
@@ -79,7 +80,7 @@ if [[ -n ${SOAK:-} ]]; then
         grep -q '^PASS after' "$out/node1/soak.txt"
     exit
 fi
-if [[ $FENCE == 1 ]]; then
+if [[ $FENCE != 0 ]]; then
     echo "--- fence.txt (node 1: $DAEMON1, node 2: $DAEMON2)"
     cat "$out/node1/fence.txt" 2>/dev/null || true
     echo "--- fence log"
