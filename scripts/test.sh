@@ -19,6 +19,8 @@ UPGRADE=1 bash tests/vm/run-two.sh
 # fencing that powers the victim off: node 2's daemon killed with gfs2 in use, node 1 must
 # fence it (the host stops node 2's VM) before granting node 2's range
 FENCE=1 bash tests/vm/run-two.sh
+# the same with node 2's kernel stopped dead instead of its daemon
+FENCE=crash bash tests/vm/run-two.sh
 # Debian 13 (kernel 6.12, dlm 4.3.0): the same on one node, then two nodes with ours beside
 # C 4.3.0 and an interrupted F_SETLKW each way (the kernel's CANCEL)
 SUITE=trixie bash tests/vm/build-image.sh
