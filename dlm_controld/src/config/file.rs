@@ -111,7 +111,6 @@ impl ConfFile {
 }
 
 enum Section {
-    None,
     Lockspace(String),
     Device(String),
     FenceAll,
@@ -121,230 +120,300 @@ fn kv<'a>(word: &'a str, key: &str) -> Option<&'a str> {
     word.strip_prefix(key)?.strip_prefix('=')
 }
 
+/// One line of dlm.conf being read: its number, text and words.
+struct Line<'a> {
+    no: usize,
+    raw: &'a str,
+    words: Vec<&'a str>,
+}
+
+impl Line<'_> {
+    fn err(&self, why: &str) -> ConfError {
+        ConfError {
+            line: self.no,
+            text: self.raw.to_owned(),
+            why: why.to_owned(),
+        }
+    }
+
+    /// The value of the first word that starts with `key=`.
+    fn find(&self, key: &str) -> Option<&str> {
+        self.words.iter().find_map(|w| kv(w, key))
+    }
+
+    /// The value after the line's first '=' (its first word), for `key=value` lines.
+    fn value(&self) -> Option<&str> {
+        self.raw
+            .split_once('=')
+            .map(|(_, v)| v.split_whitespace().next().unwrap_or_default())
+    }
+}
+
+/// What has been read so far (`read_config_file`, `fence_config_init`).
+#[derive(Default)]
+struct Reader {
+    conf: ConfFile,
+    /// Devices by name: agent, arguments, line.
+    devices: BTreeMap<String, (String, Vec<String>, usize)>,
+    section: Option<Section>,
+}
+
 /// Parses the text of a dlm.conf.
 pub fn parse_conf(text: &str) -> Result<ConfFile, ConfError> {
-    let mut conf = ConfFile::default();
-    let mut devices: BTreeMap<String, (String, Vec<String>, usize)> = BTreeMap::new();
-    let mut section = Section::None;
+    let mut r = Reader::default();
     for (idx, raw) in text.lines().enumerate() {
-        let line = idx + 1;
-        let err = |why: &str| ConfError {
-            line,
-            text: raw.to_owned(),
-            why: why.to_owned(),
-        };
-        let warn = |conf: &mut ConfFile, why: String| conf.warnings.push(ConfWarning { line, why });
         if raw.trim().is_empty() || raw.starts_with(' ') || raw.starts_with('\t') {
-            section = Section::None;
+            r.section = None;
             continue;
         }
         if raw.starts_with('#') {
             continue;
         }
-        let words: Vec<&str> = raw.split_whitespace().collect();
-        let first = words[0];
+        let line = Line {
+            no: idx + 1,
+            raw,
+            words: raw.split_whitespace().collect(),
+        };
+        r.line(&line)?;
+    }
+    Ok(r.conf)
+}
+
+impl Reader {
+    fn warn(&mut self, l: &Line<'_>, why: String) {
+        self.conf.warnings.push(ConfWarning { line: l.no, why });
+    }
+
+    fn line(&mut self, l: &Line<'_>) -> Result<(), ConfError> {
         // options: the key runs up to space, '=' or tab (set_opt_file)
-        let key = raw.split([' ', '=', '\t']).next().unwrap_or_default();
+        let key = l.raw.split([' ', '=', '\t']).next().unwrap_or_default();
         if let Some(o) = Opt::by_name(key) {
-            let value = raw
-                .split_once('=')
-                .map(|(_, v)| v.split_whitespace().next().unwrap_or_default())
-                .ok_or_else(|| err("option line without '='"))?;
+            let value = l.value().ok_or_else(|| l.err("option line without '='"))?;
             let v = match parse(o, value) {
                 Ok(v) => v,
-                Err(ValueError::Refused(why)) => return Err(err(why)),
-                Err(e) => return Err(err(&e.to_string())),
+                Err(ValueError::Refused(why)) => return Err(l.err(why)),
+                Err(e) => return Err(l.err(&e.to_string())),
             };
-            conf.options.push((line, o, v));
-            section = Section::None;
-            continue;
+            self.conf.options.push((l.no, o, v));
+            self.section = None;
+            return Ok(());
         }
-        // this build's own keys (the C daemon warns about them and goes on)
-        if let ("plock_native" | "plock_deadlock_detect" | "c_peers_apply_cancel", Some((_, v))) =
-            (key, raw.split_once('='))
-        {
-            let v = match v.split_whitespace().next().unwrap_or_default() {
-                "0" => false,
-                "1" => true,
-                _ => return Err(err(&format!("{key} must be 0 or 1"))),
-            };
-            let slot = match key {
-                "plock_native" => &mut conf.plock_native,
-                "plock_deadlock_detect" => &mut conf.plock_deadlock_detect,
-                _ => &mut conf.c_peers_apply_cancel,
-            };
-            *slot = Some(v);
-            section = Section::None;
-            continue;
+        if self.own_key(l, key)? {
+            self.section = None;
+            return Ok(());
         }
-        if let ("metrics" | "log_format", Some((_, v))) = (key, raw.split_once('=')) {
-            let v = v.split_whitespace().next().unwrap_or_default().to_owned();
-            if key == "metrics" {
-                conf.metrics = Some(v);
-            } else {
-                conf.log_format = Some(v);
+        let section = self.section.take();
+        match (l.words[0], section) {
+            ("lockspace", _) => self.lockspace(l)?,
+            ("master", Some(Section::Lockspace(ls))) => self.master(l, ls)?,
+            ("master", s) => {
+                self.section = s;
+                self.warn(l, "master line outside a lockspace section ignored".into());
             }
-            section = Section::None;
-            continue;
-        }
-        match (first, &section) {
-            ("lockspace", _) => {
-                let name = words
-                    .get(1)
-                    .ok_or_else(|| err("lockspace line without a name"))?;
-                let mut ls = LockspaceConf::default();
-                for w in &words[2..] {
-                    match kv(w, "nodir") {
-                        Some(v) => {
-                            ls.nodir =
-                                v.parse::<i64>().map_err(|_| err("nodir is not a number"))? != 0
-                        }
-                        None => warn(&mut conf, format!("ignored {w:?} on the lockspace line")),
-                    }
-                }
-                conf.lockspaces.insert((*name).to_owned(), ls);
-                section = Section::Lockspace((*name).to_owned());
+            ("node", s) => {
+                self.section = s;
+                self.node(l)?;
             }
-            ("master", Section::Lockspace(ls)) => {
-                let ls = ls.clone();
-                let node = words
-                    .iter()
-                    .find_map(|w| kv(w, "node"))
-                    .and_then(|v| v.parse::<u32>().ok());
-                let weight = words.iter().find_map(|w| kv(w, "weight"));
-                match (words.get(1), node) {
-                    (Some(name), Some(n)) if *name == ls && n != 0 => {
-                        let w = match weight {
-                            Some(w) => w.parse().map_err(|_| err("weight is not a number"))?,
-                            None => 1,
-                        };
-                        if let Some(l) = conf.lockspaces.get_mut(&ls) {
-                            if l.masters.len() >= 128 {
-                                return Err(err("more than 128 master lines"));
-                            }
-                            l.masters.insert(n, w);
-                        }
-                    }
-                    _ => {
-                        // C ends the master list here and consumes this line
-                        warn(
-                            &mut conf,
-                            format!("ends the master list of lockspace {ls} and is ignored"),
-                        );
-                        section = Section::None;
-                    }
-                }
-            }
-            ("master", _) => warn(
-                &mut conf,
-                "master line outside a lockspace section ignored".into(),
-            ),
-            ("node", _) => {
-                let (Some(id), Some(mark), 3) = (
-                    words
-                        .get(1)
-                        .and_then(|w| kv(w, "id"))
-                        .and_then(|v| v.parse::<i64>().ok()),
-                    words.get(2).and_then(|w| kv(w, "mark")),
-                    words.len(),
-                ) else {
-                    return Err(err("expected `node id=<id> mark=<mark>`"));
-                };
-                let mark = parse(Opt::Mark, mark).map_err(|e| err(&e.to_string()))?;
-                match (u32::try_from(id), mark) {
-                    (Ok(id @ 1..=127), Value::Num(m)) => {
-                        conf.node_marks.insert(id, u32::try_from(m).unwrap_or(0));
-                    }
-                    _ => warn(&mut conf, format!("node id {id} outside 1..127 ignored")),
-                }
-            }
-            ("fence_all", _) => {
-                if !devices.is_empty() {
-                    return Err(err("fence_all cannot be combined with device lines"));
-                }
-                let agent = words
-                    .get(1)
-                    .ok_or_else(|| err("fence_all without an agent"))?;
-                conf.fence_all = Some(FenceMethod {
-                    device: "fence_all".into(),
-                    agent: (*agent).to_owned(),
-                    device_args: words[2..].iter().map(|s| (*s).to_owned()).collect(),
-                    connect_args: Vec::new(),
-                    unfence: false,
-                });
-                section = Section::FenceAll;
-            }
-            ("unfence_all", Section::FenceAll) => {
-                if let Some(f) = conf.fence_all.as_mut() {
+            ("fence_all", _) => self.fence_all(l)?,
+            ("unfence_all", Some(Section::FenceAll)) => {
+                if let Some(f) = self.conf.fence_all.as_mut() {
                     f.unfence = true;
                 }
+                self.section = Some(Section::FenceAll);
             }
-            ("device", _) => {
-                if conf.fence_all.is_some() {
-                    return Err(err("device lines cannot be combined with fence_all"));
-                }
-                let (Some(name), Some(agent)) = (words.get(1), words.get(2)) else {
-                    return Err(err("expected `device <name> <agent> [key=val ...]`"));
-                };
-                if devices.contains_key(*name) {
-                    return Err(err("device defined twice"));
-                }
-                devices.insert(
-                    (*name).to_owned(),
-                    (
-                        (*agent).to_owned(),
-                        words[3..].iter().map(|s| (*s).to_owned()).collect(),
-                        line,
-                    ),
-                );
-                section = Section::Device((*name).to_owned());
-            }
-            ("connect", Section::Device(dev)) => {
-                if words.get(1) != Some(&dev.as_str()) {
-                    return Err(err(
-                        "connect line for another device inside a device section",
-                    ));
-                }
-                let node = words
-                    .iter()
-                    .find_map(|w| kv(w, "node"))
-                    .and_then(|v| v.parse::<u32>().ok())
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| err("connect line without node=<id>"))?;
-                let (agent, args, _) = devices[dev].clone();
-                let list = conf.fence.entry(node).or_default();
-                if list.len() >= 4 {
-                    return Err(err("more than 4 fence devices for one node"));
-                }
-                list.push(FenceMethod {
-                    device: dev.clone(),
-                    agent,
-                    device_args: args,
-                    connect_args: words[2..].iter().map(|s| (*s).to_owned()).collect(),
-                    unfence: false,
-                });
-            }
-            ("unfence", Section::Device(dev)) => {
-                if words.get(1) != Some(&dev.as_str()) {
-                    return Err(err(
-                        "unfence line for another device inside a device section",
-                    ));
-                }
-                for list in conf.fence.values_mut() {
-                    for m in list.iter_mut().filter(|m| &m.device == dev) {
-                        m.unfence = true;
-                    }
-                }
-            }
+            ("device", _) => self.device(l)?,
+            ("connect", Some(Section::Device(dev))) => self.connect(l, dev)?,
+            ("unfence", Some(Section::Device(dev))) => self.unfence(l, dev)?,
             ("connect" | "unfence" | "unfence_all", _) => {
-                return Err(err("fence line outside its device section"));
+                return Err(l.err("fence line outside its device section"));
             }
-            (_, Section::Device(_)) => return Err(err("unexpected line inside a device section")),
-            _ if raw.contains('=') => warn(&mut conf, format!("unknown option {key:?} ignored")),
-            _ => warn(&mut conf, "unrecognised line ignored".into()),
+            (_, Some(Section::Device(_))) => {
+                return Err(l.err("unexpected line inside a device section"));
+            }
+            (_, s) => {
+                self.section = s;
+                if l.raw.contains('=') {
+                    self.warn(l, format!("unknown option {key:?} ignored"));
+                } else {
+                    self.warn(l, "unrecognised line ignored".into());
+                }
+            }
         }
+        Ok(())
     }
-    Ok(conf)
+
+    /// This build's own keys (the C daemon warns about them and goes on); whether `key`
+    /// was one.
+    fn own_key(&mut self, l: &Line<'_>, key: &str) -> Result<bool, ConfError> {
+        let Some(v) = l.raw.split_once('=').map(|(_, v)| v) else {
+            return Ok(false);
+        };
+        let v = v.split_whitespace().next().unwrap_or_default();
+        let flag = match key {
+            "plock_native" => &mut self.conf.plock_native,
+            "plock_deadlock_detect" => &mut self.conf.plock_deadlock_detect,
+            "c_peers_apply_cancel" => &mut self.conf.c_peers_apply_cancel,
+            "metrics" => {
+                self.conf.metrics = Some(v.to_owned());
+                return Ok(true);
+            }
+            "log_format" => {
+                self.conf.log_format = Some(v.to_owned());
+                return Ok(true);
+            }
+            _ => return Ok(false),
+        };
+        *flag = Some(match v {
+            "0" => false,
+            "1" => true,
+            _ => return Err(l.err(&format!("{key} must be 0 or 1"))),
+        });
+        Ok(true)
+    }
+
+    fn lockspace(&mut self, l: &Line<'_>) -> Result<(), ConfError> {
+        let name = l
+            .words
+            .get(1)
+            .ok_or_else(|| l.err("lockspace line without a name"))?;
+        let mut ls = LockspaceConf::default();
+        for w in &l.words[2..] {
+            match kv(w, "nodir") {
+                Some(v) => {
+                    ls.nodir = v
+                        .parse::<i64>()
+                        .map_err(|_| l.err("nodir is not a number"))?
+                        != 0;
+                }
+                None => self.warn(l, format!("ignored {w:?} on the lockspace line")),
+            }
+        }
+        self.conf.lockspaces.insert((*name).to_owned(), ls);
+        self.section = Some(Section::Lockspace((*name).to_owned()));
+        Ok(())
+    }
+
+    fn master(&mut self, l: &Line<'_>, ls: String) -> Result<(), ConfError> {
+        let node = l.find("node").and_then(|v| v.parse::<u32>().ok());
+        match (l.words.get(1), node) {
+            (Some(name), Some(n)) if *name == ls && n != 0 => {
+                let w = match l.find("weight") {
+                    Some(w) => w.parse().map_err(|_| l.err("weight is not a number"))?,
+                    None => 1,
+                };
+                if let Some(lsc) = self.conf.lockspaces.get_mut(&ls) {
+                    if lsc.masters.len() >= 128 {
+                        return Err(l.err("more than 128 master lines"));
+                    }
+                    lsc.masters.insert(n, w);
+                }
+                self.section = Some(Section::Lockspace(ls));
+            }
+            // C ends the master list here and consumes this line
+            _ => self.warn(
+                l,
+                format!("ends the master list of lockspace {ls} and is ignored"),
+            ),
+        }
+        Ok(())
+    }
+
+    fn node(&mut self, l: &Line<'_>) -> Result<(), ConfError> {
+        let (Some(id), Some(mark), 3) = (
+            l.words
+                .get(1)
+                .and_then(|w| kv(w, "id"))
+                .and_then(|v| v.parse::<i64>().ok()),
+            l.words.get(2).and_then(|w| kv(w, "mark")),
+            l.words.len(),
+        ) else {
+            return Err(l.err("expected `node id=<id> mark=<mark>`"));
+        };
+        let mark = parse(Opt::Mark, mark).map_err(|e| l.err(&e.to_string()))?;
+        match (u32::try_from(id), mark) {
+            (Ok(id @ 1..=127), Value::Num(m)) => {
+                self.conf
+                    .node_marks
+                    .insert(id, u32::try_from(m).unwrap_or(0));
+            }
+            _ => self.warn(l, format!("node id {id} outside 1..127 ignored")),
+        }
+        Ok(())
+    }
+
+    fn fence_all(&mut self, l: &Line<'_>) -> Result<(), ConfError> {
+        if !self.devices.is_empty() {
+            return Err(l.err("fence_all cannot be combined with device lines"));
+        }
+        let agent = l
+            .words
+            .get(1)
+            .ok_or_else(|| l.err("fence_all without an agent"))?;
+        self.conf.fence_all = Some(FenceMethod {
+            device: "fence_all".into(),
+            agent: (*agent).to_owned(),
+            device_args: l.words[2..].iter().map(|s| (*s).to_owned()).collect(),
+            connect_args: Vec::new(),
+            unfence: false,
+        });
+        self.section = Some(Section::FenceAll);
+        Ok(())
+    }
+
+    fn device(&mut self, l: &Line<'_>) -> Result<(), ConfError> {
+        if self.conf.fence_all.is_some() {
+            return Err(l.err("device lines cannot be combined with fence_all"));
+        }
+        let (Some(name), Some(agent)) = (l.words.get(1), l.words.get(2)) else {
+            return Err(l.err("expected `device <name> <agent> [key=val ...]`"));
+        };
+        if self.devices.contains_key(*name) {
+            return Err(l.err("device defined twice"));
+        }
+        let args = l.words[3..].iter().map(|s| (*s).to_owned()).collect();
+        self.devices
+            .insert((*name).to_owned(), ((*agent).to_owned(), args, l.no));
+        self.section = Some(Section::Device((*name).to_owned()));
+        Ok(())
+    }
+
+    fn connect(&mut self, l: &Line<'_>, dev: String) -> Result<(), ConfError> {
+        if l.words.get(1) != Some(&dev.as_str()) {
+            return Err(l.err("connect line for another device inside a device section"));
+        }
+        let node = l
+            .find("node")
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| l.err("connect line without node=<id>"))?;
+        let (agent, args, _) = self.devices[&dev].clone();
+        let list = self.conf.fence.entry(node).or_default();
+        if list.len() >= 4 {
+            return Err(l.err("more than 4 fence devices for one node"));
+        }
+        list.push(FenceMethod {
+            device: dev.clone(),
+            agent,
+            device_args: args,
+            connect_args: l.words[2..].iter().map(|s| (*s).to_owned()).collect(),
+            unfence: false,
+        });
+        self.section = Some(Section::Device(dev));
+        Ok(())
+    }
+
+    fn unfence(&mut self, l: &Line<'_>, dev: String) -> Result<(), ConfError> {
+        if l.words.get(1) != Some(&dev.as_str()) {
+            return Err(l.err("unfence line for another device inside a device section"));
+        }
+        for list in self.conf.fence.values_mut() {
+            for m in list.iter_mut().filter(|m| m.device == dev) {
+                m.unfence = true;
+            }
+        }
+        self.section = Some(Section::Device(dev));
+        Ok(())
+    }
 }
 
 #[cfg(test)]
