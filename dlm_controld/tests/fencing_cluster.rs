@@ -256,3 +256,24 @@ fn fence_ack_from_the_real_dlm_tool_ends_the_wait() {
         1.0
     );
 }
+
+#[test]
+fn a_daemon_stopped_cleanly_is_not_fenced() {
+    // `systemctl stop dlm` with no lockspace: the daemon leaves its group before it goes,
+    // so the others see a leave, not its process going down (a failure they would fence)
+    let mut s = Setup::start("stop", "0");
+    let mut d3 = s.daemons.pop().expect("node 3's daemon");
+    d3.terminate();
+    assert!(
+        d3.wait_exit(T).is_some_and(|st| st.success()),
+        "node 3's daemon ended"
+    );
+    // fencing would have started after post_join_delay (1 s)
+    std::thread::sleep(Duration::from_secs(4));
+    let dump = s.dlm_tool(1, &["dump"]);
+    assert!(
+        !dump.contains("daemon remove 3"),
+        "node 3 counted as failed: {dump}"
+    );
+    assert_eq!(s.runs(), 0, "an agent ran for a clean stop");
+}

@@ -50,6 +50,12 @@ fencer() {
                 for p in $(pgrep -f "qemu-system-x86_64 .*$RUN/root-$n.qcow2"); do kill -KILL "$p"; done
                 echo "$(date +%s.%N) host powered node $n off" >>"$f/log"
                 touch "$f/done.$n"
+                # and boots it again (a fresh root: it installs our package anew), to rejoin
+                if [[ $n == 2 ]]; then
+                    sleep 2
+                    # shellcheck disable=SC2046 # the words of net are qemu arguments
+                    vm "$RUN" 2b "dlmnode=2 dlmrejoin=1" $(net "connect=127.0.0.1:$PORT" 2)
+                fi
             fi
         done
         sleep 0.2
@@ -85,7 +91,8 @@ if [[ $FENCE != 0 ]]; then
     cat "$out/node1/fence.txt" 2>/dev/null || true
     echo "--- fence log"
     cat "$RUN/share/fence/log" 2>/dev/null || true
-    grep -q '^RESULT ok' "$out/node1/fence.txt" && [[ -f $out/node1/done ]]
+    grep -q '^RESULT ok' "$out/node1/fence.txt" && ! grep -q '^FAIL' "$out/node1/fence.txt" &&
+        grep -q '^PASS node 2 rejoined' "$out/node1/fence.txt" && [[ -f $out/node1/done ]]
     exit
 fi
 if [[ $UPGRADE == 1 ]]; then

@@ -76,6 +76,20 @@ impl DaemonGroup {
         self.perform(a, services);
     }
 
+    /// `close_cpg_daemon`: on a clean exit we leave the group before the handle is
+    /// finalized. A finalize alone is reported to the others as the daemon's process
+    /// going down (PROCDOWN), a daemon failure: they would fence this node (and C kicks
+    /// it out of the cluster) for a plain `systemctl stop dlm`.
+    pub(crate) fn leave(&mut self) {
+        if let Err(e) = self.group.try_flush() {
+            tracing::error!("daemon cpg flush before leave: {e}");
+        }
+        match self.group.leave() {
+            Ok(()) => tracing::debug!("daemon cpg_leave"),
+            Err(e) => tracing::error!("daemon cpg_leave error {e}"),
+        }
+    }
+
     /// One event of the daemon group.
     pub(crate) fn event(&mut self, ev: Event, services: Option<&CorosyncServices>) {
         if self.stateful.load(Ordering::Relaxed) {

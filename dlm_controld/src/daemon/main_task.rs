@@ -244,6 +244,7 @@ impl Daemon<'_> {
     async fn run(mut self, mut src: Sources) -> Result<(), DaemonError> {
         loop {
             if self.quit && self.registry.lock().is_ok_and(|m| m.is_empty()) {
+                self.dg.leave();
                 return Ok(());
             }
             let backlog = self.dg.backlog();

@@ -49,6 +49,9 @@ r, w = os.pipe()
 child = os.fork()
 if child == 0:
     os.close(r)
+    null = os.open(os.devnull, os.O_RDWR)
+    for f in (0, 1, 2):
+        os.dup2(null, f)
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)  # F_SETLKW, behind node 2's lock
     fenced = os.path.exists("/host/fence/done.2")
@@ -82,6 +85,7 @@ check("node 1: the lockspace runs on with node 1 alone", "members       1 \n" in
 dump = subprocess.run([os.environ.get("DLM_TOOL", "dlm_tool"), "plocks", "gfs0"],
                       capture_output=True, text=True).stdout
 check("node 1: node 2's locks are gone from the table", " nodeid 2 " not in dump, dump)
-os.kill(child, 9)
-os.waitpid(child, 0)
+# the child keeps node 1's lock for node 2's rejoin (fence2.sh ends it)
+with open("/run/fence-holder.pid", "w") as f:
+    f.write(str(child))
 finish()

@@ -3,10 +3,27 @@
 # dlm.conf has enable_fencing=1 and the agent fence_host.sh, which has the host power the
 # victim's VM off. Node 2 holds a lock and its dlm_controld is killed (kill -9) with gfs2
 # mounted (FENCE=crash: its kernel stops dead instead); node 1's F_SETLKW for the same range must wait until node 2 is fenced, then be
-# granted (fence2.py). Results in fence.txt.
+# granted (fence2.py). Then the host boots node 2 again (dlmrejoin=1 on its kernel command
+# line): it installs our package, joins the cluster, mounts and must get node 1's table.
+# Results in fence.txt.
 . /host/guest/lib.sh
 begin_two
 export DLM_TOOL=/usr/sbin/dlm_tool
+if grep -q dlmrejoin /proc/cmdline; then
+    setup_node 2
+    cluster_up 2
+    mount -t gfs2 /dev/vdb /mnt
+    ctool plocks gfs0 >$OUT/dump.txt
+    touch $SYNC/rejoined.2
+    i=0
+    while [ ! -f $SYNC/compared.1 ] && [ $i -lt 3000 ]; do sleep 0.2; i=$((i + 1)); done
+    umount /mnt
+    systemctl stop dlm
+    systemctl stop corosync
+    echo done >$OUT/done
+    sync
+    systemctl poweroff -ff
+fi
 gfs2_up
 if [ "$N" = 2 ]; then
     python3 /host/guest/fence2.py 2 /mnt $SYNC hold
@@ -25,6 +42,19 @@ fi
 python3 /host/guest/fence2.py 1 /mnt $SYNC wait >$OUT/fence.txt 2>&1
 echo "fence2.py exit $?" >>$OUT/fence.txt
 ctool ls >$OUT/ls_after.txt
+# node 2, booted again, rejoins: both tables hold node 1's lock, both nodes are members
+i=0
+while [ ! -f $SYNC/rejoined.2 ] && [ $i -lt 3000 ]; do sleep 0.2; i=$((i + 1)); done
+ctool plocks gfs0 >$OUT/dump_rejoin.txt
+ctool ls >$OUT/ls_rejoin.txt
+if [ -f $SYNC/rejoined.2 ] && cmp -s $OUT/dump_rejoin.txt /host/out/node2b/dump.txt &&
+    [ "$(wc -l <$OUT/dump_rejoin.txt)" = 1 ] && grep -q '^members       1 2 $' $OUT/ls_rejoin.txt; then
+    echo "PASS node 2 rejoined after its fence: members 1 2, both tables hold node 1's lock"
+else
+    echo "FAIL node 2 did not rejoin cleanly"
+fi >>$OUT/fence.txt
+touch $SYNC/compared.1
+kill "$(cat /run/fence-holder.pid)"
 journalctl -u dlm --no-pager >$OUT/journal_dlm.txt
 umount /mnt
 systemctl stop dlm

@@ -94,6 +94,8 @@ cluster_up() {
 begin_two() {
     N=$(sed -n 's/.*dlmnode=\([0-9]\).*/\1/p' /proc/cmdline)
     OUT=/host/out/node$N
+    # a node booted again by the host (fence2.sh) keeps its first boot's results
+    grep -q dlmrejoin /proc/cmdline && OUT=/host/out/node${N}b
     SYNC=/host/sync
     mkdir -p $OUT
     exec >$OUT/test.log 2>&1
