@@ -92,7 +92,8 @@ if [[ $FENCE != 0 ]]; then
     echo "--- fence log"
     cat "$RUN/share/fence/log" 2>/dev/null || true
     grep -q '^RESULT ok' "$out/node1/fence.txt" && ! grep -q '^FAIL' "$out/node1/fence.txt" &&
-        grep -q '^PASS node 2 rejoined' "$out/node1/fence.txt" && [[ -f $out/node1/done ]]
+        grep -q '^PASS node 2 rejoined' "$out/node1/fence.txt" && [[ -f $out/node1/done ]] &&
+        [[ $(grep -c ' request node ' "$RUN/share/fence/log") -eq 1 ]] # the clean stops fence nobody
     exit
 fi
 if [[ $UPGRADE == 1 ]]; then
