@@ -84,6 +84,22 @@ pub struct LsEnv<'a> {
     pub fencing: &'a dyn FenceView,
 }
 
+impl<'a> LsEnv<'a> {
+    /// A quorate world at `now_ms` with fencing off and `fencing` for its facts (what the
+    /// tests of single inputs meet).
+    pub fn quorate_unfenced(now_ms: u64, fencing: &'a dyn FenceView) -> Self {
+        Self {
+            now: now_ms / 1000,
+            now_ms,
+            quorate: true,
+            cluster_ring_seq: 1,
+            quorum_required: true,
+            fencing_enabled: false,
+            fencing,
+        }
+    }
+}
+
 /// A lockspace as the query sockets report it.
 #[derive(Debug, Clone)]
 pub struct LsReport {

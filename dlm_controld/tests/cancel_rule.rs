@@ -14,15 +14,7 @@ use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::{DlmHeader, HeaderFlags, MsgType, global_id};
 
 fn env(f: &NoFence) -> LsEnv<'_> {
-    LsEnv {
-        now: 10,
-        now_ms: 10_000,
-        quorate: true,
-        cluster_ring_seq: 1,
-        quorum_required: true,
-        fencing_enabled: false,
-        fencing: f,
-    }
+    LsEnv::quorate_unfenced(10_000, f)
 }
 
 /// Two nodes in total order: node 1 ours, node 2 a "C" member (see the module comment).

@@ -10,15 +10,7 @@ use dlm_proto::wire::{DlmHeader, MsgType, Version3, encode_plock_msg, global_id}
 
 /// The quorate, unfenced world every input of these tests meets.
 fn env(f: &NoFence) -> LsEnv<'_> {
-    LsEnv {
-        now: 10,
-        now_ms: 10_000,
-        quorate: true,
-        cluster_ring_seq: 1,
-        quorum_required: true,
-        fencing_enabled: false,
-        fencing: f,
-    }
+    LsEnv::quorate_unfenced(10_000, f)
 }
 
 fn deliver(core: &mut LsCore, from: u32, payload: Vec<u8>) -> Vec<Action> {

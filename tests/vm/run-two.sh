@@ -19,6 +19,10 @@ UPGRADE=${UPGRADE:-0}
 # (FENCE=crash: node 2's kernel stops dead instead of its daemon)
 FENCE=${FENCE:-0}
 [[ $FENCE != 0 ]] && DAEMON2=${DAEMON2_FENCED:-rust}
+# PARTITION=1: corosync's traffic cut between the VMs (guest/partition2.sh): both sides
+# stay quorate (two_node) and race to fence; the host powers off the first one fenced
+PARTITION=${PARTITION:-0}
+[[ $PARTITION == 1 ]] && FENCE=partition && DAEMON2=${DAEMON2_FENCED:-rust}
 need=no
 [[ $DAEMON1 == rust || $DAEMON2 == rust || $UPGRADE == 1 ]] && need=yes
 prepare_share "$RUN" $need 1:10.9.0.1 2:10.9.0.2
@@ -45,13 +49,15 @@ fencer() {
     local f=$RUN/share/fence n p
     while [[ ! -f $f/stop ]]; do
         for n in 1 2; do
+            # in a partition both sides ask; the first fence wins, the other asker is off
+            [[ $PARTITION == 1 && -f $f/fenced-once ]] && break
             if [[ -f $f/req.$n && ! -f $f/done.$n ]]; then
                 sleep "${FENCE_DELAY:-5}"
                 for p in $(pgrep -f "qemu-system-x86_64 .*$RUN/root-$n.qcow2"); do kill -KILL "$p"; done
                 echo "$(date +%s.%N) host powered node $n off" >>"$f/log"
-                touch "$f/done.$n"
+                touch "$f/done.$n" "$f/fenced-once"
                 # and boots it again (a fresh root: it installs our package anew), to rejoin
-                if [[ $n == 2 ]]; then
+                if [[ $n == 2 && $PARTITION != 1 ]]; then
                     sleep 2
                     # shellcheck disable=SC2046 # the words of net are qemu arguments
                     vm "$RUN" 2b "dlmnode=2 dlmrejoin=1" $(net "connect=127.0.0.1:$PORT" 2)
@@ -84,6 +90,20 @@ if [[ -n ${SOAK:-} ]]; then
     done
     grep -q '^RESULT ok' "$out/node1/soak.txt" && grep -q '^RESULT ok' "$out/node2/soak.txt" &&
         grep -q '^PASS after' "$out/node1/soak.txt"
+    exit
+fi
+if [[ $PARTITION == 1 ]]; then
+    survivors=0
+    for n in 1 2; do
+        echo "=== node $n ($(cat "$RUN/share/conf/daemon$n"))"
+        cat "$out/node$n/partition.txt" 2>/dev/null || true
+        grep -q '^RESULT ok' "$out/node$n/partition.txt" 2>/dev/null && [[ -f $out/node$n/done ]] &&
+            survivors=$((survivors + 1))
+    done
+    echo "--- fence log"
+    cat "$RUN/share/fence/log" 2>/dev/null || true
+    # one side fenced the other and went on alone
+    [[ $survivors -eq 1 && $(grep -c 'powered node' "$RUN/share/fence/log") -eq 1 ]]
     exit
 fi
 if [[ $FENCE != 0 ]]; then

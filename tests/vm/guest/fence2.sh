@@ -17,12 +17,7 @@ if grep -q dlmrejoin /proc/cmdline; then
     touch $SYNC/rejoined.2
     i=0
     while [ ! -f $SYNC/compared.1 ] && [ $i -lt 3000 ]; do sleep 0.2; i=$((i + 1)); done
-    umount /mnt
-    systemctl stop dlm
-    systemctl stop corosync
-    echo done >$OUT/done
-    sync
-    systemctl poweroff -ff
+    shutdown_node
 fi
 gfs2_up
 if [ "$N" = 2 ]; then
@@ -56,9 +51,4 @@ fi >>$OUT/fence.txt
 touch $SYNC/compared.1
 kill "$(cat /run/fence-holder.pid)"
 journalctl -u dlm --no-pager >$OUT/journal_dlm.txt
-umount /mnt
-systemctl stop dlm
-systemctl stop corosync
-echo done >$OUT/done
-sync
-systemctl poweroff -ff
+shutdown_node

@@ -115,3 +115,13 @@ gfs2_up() {
     mount -t gfs2 /dev/vdb /mnt
     barrier mounted
 }
+
+# shutdown_node: gfs2 unmounted, dlm and corosync stopped, done marked, the VM off
+shutdown_node() {
+    umount /mnt
+    systemctl stop dlm
+    systemctl stop corosync
+    echo done >$OUT/done
+    sync
+    systemctl poweroff -ff
+}

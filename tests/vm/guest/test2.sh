@@ -5,7 +5,8 @@
 # The VMs meet at file barriers in /host/sync (one 9p share for both).
 # a rolling upgrade instead, when the run asks for it
 [ -f /host/conf/upgrade ] && exec /bin/sh /host/guest/upgrade2.sh
-# or fencing with an agent that powers the victim off
+# or a partition, or fencing with an agent that powers the victim off
+grep -q partition /host/conf/fence 2>/dev/null && exec /bin/sh /host/guest/partition2.sh
 [ -f /host/conf/fence ] && exec /bin/sh /host/guest/fence2.sh
 # or a soak of a plock load on both nodes
 [ -f /host/conf/soak ] && exec /bin/sh /host/guest/soak2.sh
