@@ -84,10 +84,24 @@ impl DaemonGroup {
         if let Err(e) = self.group.try_flush() {
             tracing::error!("daemon cpg flush before leave: {e}");
         }
-        match self.group.leave() {
-            Ok(()) => tracing::debug!("daemon cpg_leave"),
-            Err(e) => tracing::error!("daemon cpg_leave error {e}"),
+        // corosync may answer TRY_AGAIN during a membership sync: a few more tries, briefly
+        // (the daemon is on its way out)
+        for _ in 0..20 {
+            match self.group.leave() {
+                Ok(()) => {
+                    tracing::debug!("daemon cpg_leave");
+                    return;
+                }
+                Err(dlm_cpg::CpgError::TryAgain) => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => {
+                    tracing::error!("daemon cpg_leave error {e}");
+                    return;
+                }
+            }
         }
+        tracing::error!("daemon cpg_leave: corosync said try again for 1 s; finalizing");
     }
 
     /// One event of the daemon group.
