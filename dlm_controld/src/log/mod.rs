@@ -155,16 +155,7 @@ static LOGGER: OnceLock<Mutex<Logger>> = OnceLock::new();
 const MAX_LINE: usize = 510;
 
 fn logger() -> &'static Mutex<Logger> {
-    LOGGER.get_or_init(|| {
-        Mutex::new(Logger {
-            debug: Ring::default(),
-            plock: PlockRing::default(),
-            counts: [(0, None); 2],
-            file: None,
-            sinks: Sinks::default(),
-            writer: None,
-        })
-    })
+    LOGGER.get_or_init(|| Mutex::new(Logger::new()))
 }
 
 /// Makes [`CLayer`] the process's `tracing` subscriber (once; later calls do nothing).
@@ -426,21 +417,34 @@ pub fn plock_op(
 }
 
 impl Logger {
+    /// Empty rings, no sink yet ([`init`] sets them).
+    fn new() -> Self {
+        Self {
+            debug: Ring::default(),
+            plock: PlockRing::default(),
+            counts: [(0, None); 2],
+            file: None,
+            sinks: Sinks::default(),
+            writer: None,
+        }
+    }
+
     /// Every thousandth request read (received), C's `plock_read_count ... time ... s
     /// delays 0` (`plock_recv_count ... time ... s`) line in the plock ring: the seconds
     /// since the previous thousand (since the first request, the first time).
     fn count_plock(&mut self, now: u64, ls: &str, line: PlockLine) {
         let i = usize::from(line == PlockLine::Receive);
-        let at = std::time::Instant::now();
         let (n, since) = &mut self.counts[i];
         *n += 1;
-        let since = *since.get_or_insert(at);
+        // the clock is read at the first request and at each thousandth, not per request
+        let since = *since.get_or_insert_with(std::time::Instant::now);
         if *n % 1000 != 0 {
             return;
         }
+        let n = *n;
+        let at = std::time::Instant::now();
         self.counts[i].1 = Some(at);
         let secs = at.duration_since(since).as_secs_f64();
-        let n = self.counts[i].0;
         let text = match line {
             PlockLine::Read => format_line(
                 now,
@@ -523,14 +527,7 @@ mod tests {
 
     #[test]
     fn every_thousandth_request_read_or_received_makes_cs_count_line() {
-        let mut l = Logger {
-            debug: Ring::default(),
-            plock: PlockRing::default(),
-            counts: [(0, None); 2],
-            file: None,
-            sinks: Sinks::default(),
-            writer: None,
-        };
+        let mut l = Logger::new();
         for _ in 0..2999 {
             l.count_plock(7, "foo", PlockLine::Read);
         }
