@@ -183,12 +183,13 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     if !o.on(crate::config::Opt::Foreground) && !o.on(crate::config::Opt::DaemonDebug) {
         nix::unistd::daemon(false, false).map_err(|e| DaemonError::Io("daemon(3)", e.into()))?;
     }
-    // two workers: a query (or a lockspace's membership work) runs beside a plock storm
-    // instead of queueing behind it; one on a machine of one CPU, where a second worker only
-    // adds a context switch to every hand-off
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+    // one worker for the lockspaces, the plock device and the sockets (the main task runs
+    // on this thread in block_on): queries are answered from published reports and every
+    // lockspace turn is bounded, so nothing waits long behind plock work, while a second
+    // worker made every request's hand-offs cross threads and took the CPU corosync needs
+    // (docs/BENCHMARKS.md: one worker is 1.2-1.4x two on the C-compatible and node-local rows)
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
+        .worker_threads(1)
         .thread_name("dlm_controld")
         .enable_all()
         .build()
