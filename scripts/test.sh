@@ -21,9 +21,13 @@ UPGRADE=1 bash tests/vm/run-two.sh
 FENCE=1 bash tests/vm/run-two.sh
 # the same with node 2's kernel stopped dead instead of its daemon
 FENCE=crash bash tests/vm/run-two.sh
-# corosync's traffic cut between the two: both stay quorate (two_node) and race to fence;
-# the survivor grants the other's range only once the host has powered it off
+# corosync's traffic cut between the two (nftables): both stay quorate (two_node) and race
+# to fence; the survivor grants the other's range only once the host has powered it off,
+# then the cut heals and the victim, booted again, rejoins with the survivor's table
 PARTITION=1 bash tests/vm/run-two.sh
+# two minutes of mixed load on ours and C 4.2.0 with udevadm trigger in a loop on both:
+# tables identical every minute, every request answered (SOAK=600: the ten-minute soak)
+DAEMON2=c SOAK=120 bash tests/vm/run-two.sh
 # Debian 13 (kernel 6.12, dlm 4.3.0): the same on one node, then two nodes with ours beside
 # C 4.3.0 and an interrupted F_SETLKW each way (the kernel's CANCEL)
 SUITE=trixie bash tests/vm/build-image.sh

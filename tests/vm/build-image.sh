@@ -120,14 +120,17 @@ INIT
     (cd $d && find . | cpio -o -H newc 2>/dev/null | gzip) >initrd.img
 }
 
+# the image's packages (an image built with another list is built again)
+PKGS=systemd-sysv,udev,kmod,iproute2,nftables,procps,psmisc,python3,corosync,dlm-controld,gfs2-utils
+
 rootfs() {
-    [[ -f root.img ]] && return
+    [[ -f root.img && $(cat root.pkgs 2>/dev/null) == "$PKGS" ]] && return
     rm -rf rootfs
     # bookworm from the host's apt sources as they are; another suite from the same mirror
     local mirrors=()
     [[ $SUITE == bookworm ]] || mirrors=("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(mirror) $SUITE main")
     mmdebstrap --variant=apt --quiet \
-        --include=systemd-sysv,udev,kmod,iproute2,procps,psmisc,python3,corosync,dlm-controld,gfs2-utils \
+        --include="$PKGS" \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
         --customize-hook="mkdir -p \"\$1/lib/modules\" && cp -a kernel/lib/modules/$KVER \"\$1/lib/modules/\"" \
         --customize-hook="chroot \"\$1\" systemctl disable corosync dlm >/dev/null 2>&1 || true" \
@@ -137,8 +140,10 @@ rootfs() {
         --customize-hook="printf '[Unit]\nDescription=dlm real-kernel test\nAfter=local-fs.target host.mount\n[Service]\nType=exec\nExecStart=/bin/sh /host/guest/test.sh\nStandardOutput=journal+console\nStandardError=journal+console\n[Install]\nWantedBy=multi-user.target\n' >\"\$1/etc/systemd/system/vmtest.service\" && chroot \"\$1\" systemctl enable vmtest >/dev/null 2>&1" \
         --customize-hook="echo 'root:root' | chroot \"\$1\" chpasswd" \
         "$SUITE" rootfs "${mirrors[@]}"
+    rm -f root.img
     mkfs.ext4 -q -d rootfs -L root root.img 1500M
     rm -rf rootfs
+    echo "$PKGS" >root.pkgs
 }
 
 host_packages

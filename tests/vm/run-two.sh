@@ -20,7 +20,8 @@ UPGRADE=${UPGRADE:-0}
 FENCE=${FENCE:-0}
 [[ $FENCE != 0 ]] && DAEMON2=${DAEMON2_FENCED:-rust}
 # PARTITION=1: corosync's traffic cut between the VMs (guest/partition2.sh): both sides
-# stay quorate (two_node) and race to fence; the host powers off the first one fenced
+# stay quorate (two_node) and race to fence; the host powers off the first one fenced and,
+# once the survivor has healed the cut, boots it again to rejoin
 PARTITION=${PARTITION:-0}
 [[ $PARTITION == 1 ]] && FENCE=partition && DAEMON2=${DAEMON2_FENCED:-rust}
 need=no
@@ -57,10 +58,10 @@ fencer() {
                 echo "$(date +%s.%N) host powered node $n off" >>"$f/log"
                 touch "$f/done.$n" "$f/fenced-once"
                 # and boots it again (a fresh root: it installs our package anew), to rejoin
-                if [[ $n == 2 && $PARTITION != 1 ]]; then
+                if [[ $n == 2 || $PARTITION == 1 ]]; then
                     sleep 2
                     # shellcheck disable=SC2046 # the words of net are qemu arguments
-                    vm "$RUN" 2b "dlmnode=2 dlmrejoin=1" $(net "connect=127.0.0.1:$PORT" 2)
+                    vm "$RUN" "${n}b" "dlmnode=$n dlmrejoin=1" $(net "$n")
                 fi
             fi
         done
@@ -69,13 +70,18 @@ fencer() {
 }
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G
 start=$SECONDS
-net() { echo "-netdev socket,id=n0,$1 -device virtio-net-pci,netdev=n0,mac=52:54:00:00:09:0$2,addr=0x7"; }
+# net N: node N's end of the VMs' network, UDP datagrams on loopback (node 1 on PORT, node
+# 2 on PORT+1): connectionless, so either VM can be powered off and booted again
+net() {
+    local me=$((PORT + $1 - 1)) peer=$((PORT + 2 - $1))
+    echo "-netdev socket,id=n0,udp=127.0.0.1:$peer,localaddr=127.0.0.1:$me -device virtio-net-pci,netdev=n0,mac=52:54:00:00:09:0$1,addr=0x7"
+}
 # shellcheck disable=SC2046 # the words of net are qemu arguments
-vm "$RUN" 1 "dlmnode=1" $(net "listen=127.0.0.1:$PORT" 1) &
+vm "$RUN" 1 "dlmnode=1" $(net 1) &
 p1=$!
 sleep 2
 # shellcheck disable=SC2046
-vm "$RUN" 2 "dlmnode=2" $(net "connect=127.0.0.1:$PORT" 2) &
+vm "$RUN" 2 "dlmnode=2" $(net 2) &
 p2=$!
 fp=
 [[ $FENCE != 0 ]] && { fencer & fp=$!; }
