@@ -5,7 +5,9 @@
 # mounted (FENCE=crash: its kernel stops dead instead); node 1's F_SETLKW for the same range must wait until node 2 is fenced, then be
 # granted (fence2.py). Then the host boots node 2 again (dlmrejoin=1 on its kernel command
 # line): it installs our package, joins the cluster, mounts and must get node 1's table.
-# Results in fence.txt.
+# All the while both nodes run load2.py's plock load (holders, own files, a shared file):
+# node 2 fails in the middle of it, and node 1's workers, one of them waiting for node 2's
+# shared range, must each get an answer to every request. Results in fence.txt.
 . /host/guest/lib.sh
 begin_two
 export DLM_TOOL=/usr/sbin/dlm_tool
@@ -20,6 +22,7 @@ if grep -q dlmrejoin /proc/cmdline; then
     shutdown_node
 fi
 gfs2_up
+python3 /host/guest/load2.py start "$N" /mnt >$OUT/load.txt 2>&1
 if [ "$N" = 2 ]; then
     python3 /host/guest/fence2.py 2 /mnt $SYNC hold
     while [ ! -f $SYNC/fwaiting.1 ]; do sleep 0.2; done
@@ -36,6 +39,8 @@ if [ "$N" = 2 ]; then
 fi
 python3 /host/guest/fence2.py 1 /mnt $SYNC wait >$OUT/fence.txt 2>&1
 echo "fence2.py exit $?" >>$OUT/fence.txt
+# the load went on through node 2's failure: every request of node 1's workers answered
+python3 /host/guest/load2.py stop 1 /mnt >>$OUT/fence.txt 2>&1
 ctool ls >$OUT/ls_after.txt
 # node 2, booted again, rejoins: both tables hold node 1's lock, both nodes are members
 i=0
