@@ -25,12 +25,13 @@ impl AsyncCorosyncGroup {
         // SAFETY: the fd is libqb's connection fd, open and unchanged for as long as the
         // CorosyncGroup lives, and the AsyncFd owns the group, so it outlives the
         // registration; the group never reports another fd.
-        let fd = unsafe { AsyncFd::register_with_interest(group, Interest::READABLE) }.map_err(
-            |_| CpgError::Call {
-                call: "tokio fd registration",
-                code: 0,
-            },
-        )?;
+        let fd =
+            unsafe { AsyncFd::register_with_interest(group, Interest::READABLE) }.map_err(|e| {
+                CpgError::Io {
+                    call: "tokio fd registration",
+                    source: std::io::Error::from(e).into(),
+                }
+            })?;
         Ok(Self { fd })
     }
 
@@ -47,9 +48,9 @@ impl AsyncCorosyncGroup {
             if let Some(e) = self.fd.get_mut().poll_event() {
                 return Ok(e);
             }
-            let mut guard = self.fd.readable_mut().await.map_err(|_| CpgError::Gone {
+            let mut guard = self.fd.readable_mut().await.map_err(|e| CpgError::Io {
                 call: "tokio readiness",
-                code: 0,
+                source: e.into(),
             })?;
             if guard.get_inner_mut().dispatch_some(DISPATCH_BUDGET)? {
                 guard.clear_ready();

@@ -318,15 +318,12 @@ impl CorosyncGroup {
     /// out first. `CS_DISPATCH_ALL` keeps dispatching while deliveries keep arriving, which
     /// during a long stream (a state transfer) holds the caller for the whole stream.
     pub fn dispatch_some(&mut self, max: usize) -> Result<bool, CpgError> {
-        check_dispatch_stack("cpg_dispatch on a thread with less than 2 MiB of stack")?;
+        check_dispatch_stack("cpg_dispatch")?;
         for _ in 0..max {
             // SAFETY: live handle; callbacks only touch `inner` (see with_inner).
             let rc = unsafe { sys::cpg_dispatch(self.handle, sys::CS_DISPATCH_ONE_NONBLOCKING) };
             if self.inner().poisoned {
-                return Err(CpgError::Call {
-                    call: "cpg_dispatch callback panicked",
-                    code: 0,
-                });
+                return Err(CpgError::CallbackPanicked);
             }
             match check("cpg_dispatch", rc) {
                 Ok(()) => {}
@@ -374,12 +371,13 @@ fn thread_stack_size() -> usize {
 /// silently overwrite memory below it (corosync-notes §5.2), so refuse instead.
 pub(crate) fn check_dispatch_stack(call: &'static str) -> Result<(), CpgError> {
     thread_local! {
-        static OK: bool = thread_stack_size() >= 2 << 20;
+        static STACK: usize = thread_stack_size();
     }
-    if OK.with(|ok| *ok) {
+    let stack = STACK.with(|s| *s);
+    if stack >= 2 << 20 {
         Ok(())
     } else {
-        Err(CpgError::Call { call, code: 0 })
+        Err(CpgError::SmallStack { call, stack })
     }
 }
 
@@ -416,14 +414,11 @@ impl Group for CorosyncGroup {
     }
 
     fn dispatch(&mut self) -> Result<(), CpgError> {
-        check_dispatch_stack("cpg_dispatch on a thread with less than 2 MiB of stack")?;
+        check_dispatch_stack("cpg_dispatch")?;
         // SAFETY: live handle; callbacks only touch `inner` (see with_inner).
         let rc = unsafe { sys::cpg_dispatch(self.handle, sys::CS_DISPATCH_ALL) };
         if self.inner().poisoned {
-            return Err(CpgError::Call {
-                call: "cpg_dispatch callback panicked",
-                code: 0,
-            });
+            return Err(CpgError::CallbackPanicked);
         }
         match check("cpg_dispatch", rc) {
             Err(CpgError::TryAgain) => Ok(()),

@@ -134,6 +134,57 @@ pub enum CpgError {
     /// The group was left or its bus is gone.
     #[error("group is closed")]
     Closed,
+    /// A callback of ours panicked inside `cpg_dispatch`; the handle is not used again.
+    #[error("a cpg_dispatch callback panicked")]
+    CallbackPanicked,
+    /// `cpg_dispatch` refused on a thread whose stack is too small for libcpg's buffer.
+    #[error("{call}: the thread has {stack} bytes of stack, libcpg's dispatch needs 2 MiB")]
+    SmallStack {
+        /// The call refused.
+        call: &'static str,
+        /// The thread's stack size (0 if unknown).
+        stack: usize,
+    },
+    /// The event loop around the handle failed (registering its fd, waiting on it).
+    #[error("{call}: {source}")]
+    Io {
+        /// What failed.
+        call: &'static str,
+        /// Why.
+        #[source]
+        source: IoCause,
+    },
+}
+
+/// An `io::Error` kept whole inside a [`CpgError`] (which is `Clone` and `Eq`): shared, and
+/// compared by its kind and OS error number.
+#[derive(Debug, Clone)]
+pub struct IoCause(pub std::sync::Arc<std::io::Error>);
+
+impl From<std::io::Error> for IoCause {
+    fn from(e: std::io::Error) -> Self {
+        Self(std::sync::Arc::new(e))
+    }
+}
+
+impl PartialEq for IoCause {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.kind() == other.0.kind() && self.0.raw_os_error() == other.0.raw_os_error()
+    }
+}
+
+impl Eq for IoCause {}
+
+impl std::fmt::Display for IoCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for IoCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ pub mod sys;
 pub use async_group::AsyncCorosyncGroup;
 pub use corosync::CorosyncGroup;
 pub use embedded::EmbeddedGroup;
-pub use event::{CpgError, Event, Member, Reason, RingId};
+pub use event::{CpgError, Event, IoCause, Member, Reason, RingId};
 pub use group::Group;
 pub use services::{Cfg, Cmap, NodeAddr, Quorum, QuorumChange};
 pub use sim::{SimBus, SimGroup};

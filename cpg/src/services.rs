@@ -123,9 +123,7 @@ impl Quorum {
 
     /// Drains pending notifications (on a thread with ≥ 2 MiB of stack).
     pub fn dispatch(&mut self) -> Result<(), CpgError> {
-        crate::corosync::check_dispatch_stack(
-            "quorum_dispatch on a thread with less than 2 MiB of stack",
-        )?;
+        crate::corosync::check_dispatch_stack("quorum_dispatch")?;
         // SAFETY: live handle; the callback only touches `inner`.
         match check("quorum_dispatch", unsafe {
             sys::quorum_dispatch(self.handle, sys::CS_DISPATCH_ALL)
@@ -242,9 +240,7 @@ impl Cfg {
 
     /// Drains pending callbacks (on a thread with ≥ 2 MiB of stack).
     pub fn dispatch(&mut self) -> Result<(), CpgError> {
-        crate::corosync::check_dispatch_stack(
-            "corosync_cfg_dispatch on a thread with less than 2 MiB of stack",
-        )?;
+        crate::corosync::check_dispatch_stack("corosync_cfg_dispatch")?;
         // SAFETY: live handle; the callback only records the request.
         match check("corosync_cfg_dispatch", unsafe {
             sys::corosync_cfg_dispatch(self.handle, sys::CS_DISPATCH_ALL)
