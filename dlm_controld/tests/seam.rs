@@ -180,14 +180,16 @@ fn errno_values_are_linux_ones() {
             e::ENODATA,
             e::EOPNOTSUPP,
             e::ECANCELED,
-            e::EDEADLK
+            e::EDEADLK,
+            e::EIO
         ],
         [
             libc::ENOSPC,
             libc::ENODATA,
             libc::EOPNOTSUPP,
             libc::ECANCELED,
-            libc::EDEADLK
+            libc::EDEADLK,
+            libc::EIO
         ]
     );
 }

@@ -7,6 +7,8 @@
 pub const EPERM: i32 = 1;
 /// `ENOENT`
 pub const ENOENT: i32 = 2;
+/// `EIO`
+pub const EIO: i32 = 5;
 /// `EAGAIN`
 pub const EAGAIN: i32 = 11;
 /// `EEXIST`

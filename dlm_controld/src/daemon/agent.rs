@@ -141,30 +141,15 @@ pub(crate) fn run_command(uuid: String, command: &str, exits: mpsc::UnboundedSen
     }
 }
 
-/// A random lowercase version-4 uuid (`uuid_generate` + `uuid_unparse_lower`).
-pub(crate) fn new_uuid() -> String {
-    use std::io::Read;
+/// A random lowercase version-4 uuid (`uuid_generate` + `uuid_unparse_lower`), or the
+/// kernel's reason for giving no random bytes.
+pub(crate) fn new_uuid() -> Result<String, getrandom::Error> {
     let mut b = [0u8; 16];
-    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
-    if read.is_err() {
-        // no urandom: time and pid still make the uuid unique on this node
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        b[..16].copy_from_slice(&t.to_le_bytes());
-        b[12..16].copy_from_slice(&std::process::id().to_le_bytes());
-    }
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    getrandom::fill(&mut b)?;
+    Ok(uuid::Builder::from_random_bytes(b)
+        .into_uuid()
+        .hyphenated()
+        .to_string())
 }
 
 /// Kills an agent we no longer need (`fence_pid_cancel`); its task reaps it.
@@ -202,4 +187,25 @@ pub(crate) async fn unfence(conf: &ConfFile, our: u32) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_run_uuid_is_a_fresh_lowercase_version_4_uuid() {
+        let a = super::new_uuid().expect("random bytes");
+        let b = super::new_uuid().expect("random bytes");
+        assert_ne!(a, b);
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(
+            a.chars()
+                .all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c))
+        );
+        assert!(parts[2].starts_with('4'), "version 4: {a}");
+        assert!("89ab".contains(&parts[3][..1]), "RFC 4122 variant: {a}");
+    }
 }

@@ -224,7 +224,14 @@ impl DaemonGroup {
 
     /// `dlm_tool run`: (rv, uuid).
     pub(crate) fn run_start(&mut self, dest: i32, flags: u32, command: &[u8]) -> (i32, String) {
-        let (r, a) = self.core.run_start(dest, flags, command, agent::new_uuid());
+        let uuid = match agent::new_uuid() {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::error!("run: no uuid for the run: {e}");
+                return (-dlm_proto::errno::EIO, String::new());
+            }
+        };
+        let (r, a) = self.core.run_start(dest, flags, command, uuid);
         self.perform(a, None);
         r
     }
