@@ -597,49 +597,91 @@ pub(crate) async fn run(
     ctx: LsContext,
     mut commands: mpsc::UnboundedReceiver<LsCommand>,
 ) {
-    let text = name.to_str_lossy().into_owned();
-    let (buf, len) = lockspace_group_name(&name);
-    let group = match LsGroup::join(ctx.embedded, ctx.our, &buf[..len]).await {
-        Ok(g) => g,
-        Err(e) => {
-            // cpg_join failed: the kernel's join fails with event_done = -1
-            tracing::error!("cpg_join: {e}");
-            unregister(&ctx, &text);
-            let _ = ctx.seam.sysfs_write(&name, "event_done", "-1");
-            let _ = ctx.done.send(text);
-            return;
-        }
+    let Some(mut ls) = Shell::start(name, conf, ctx).await else {
+        return;
     };
-    let mut quorum = ctx.quorum.clone();
-    let mut fenced = ctx.fencing.clone();
-    let mut ls = Shell {
-        metrics: LsMetrics::new(&text),
-        core: LsCore::new(name, ctx.our, ctx.embedded, random_seed()),
-        text: std::sync::Arc::from(text.as_str()),
-        actions: Vec::new(),
-        pending: super::outstanding::Outstanding::default(),
-        conf,
-        group,
-        ctx: ctx.clone(),
-        drop_log: super::admission::LogEvery::default(),
-        backlog: 0,
-        native_seen: crate::lscore::NativeStats::default(),
-        published: None,
-    };
-    ls.core.set_native(ls.ctx.native);
-    ls.core.set_deadlock_detect(ls.ctx.deadlock);
-    ls.core.set_c_peers_cancel(ls.ctx.c_peers_cancel);
-    ls.drain();
-    let mut last_flush = Flush::Empty;
-    let mut batch_due = None;
-    let mut turns = 0u32;
-    let mut leave = LeaveRetry::default();
+    let mut turn = Turn::new(&ls.ctx);
     while !ls.core.is_left() {
+        if !ls.turn(&mut turn, &mut commands).await {
+            break;
+        }
+    }
+    ls.finish(commands).await;
+}
+
+/// What one turn of the task's loop leaves to the next.
+struct Turn {
+    quorum: tokio::sync::watch::Receiver<super::QuorumState>,
+    fenced: tokio::sync::watch::Receiver<super::FenceFacts>,
+    last_flush: Flush,
+    batch_due: Option<tokio::time::Instant>,
+    count: u32,
+    leave: LeaveRetry,
+}
+
+impl Turn {
+    fn new(ctx: &LsContext) -> Self {
+        Self {
+            quorum: ctx.quorum.clone(),
+            fenced: ctx.fencing.clone(),
+            last_flush: Flush::Empty,
+            batch_due: None,
+            count: 0,
+            leave: LeaveRetry::default(),
+        }
+    }
+}
+
+impl Shell {
+    /// The lockspace's group joined and its shell set up; on a failed `cpg_join` the
+    /// kernel's join is failed (event_done -1) and there is no task.
+    async fn start(name: LockspaceName, conf: LockspaceConf, ctx: LsContext) -> Option<Self> {
+        let text = name.to_str_lossy().into_owned();
+        let (buf, len) = lockspace_group_name(&name);
+        let group = match LsGroup::join(ctx.embedded, ctx.our, &buf[..len]).await {
+            Ok(g) => g,
+            Err(e) => {
+                // cpg_join failed: the kernel's join fails with event_done = -1
+                tracing::error!("cpg_join: {e}");
+                unregister(&ctx, &text);
+                let _ = ctx.seam.sysfs_write(&name, "event_done", "-1");
+                let _ = ctx.done.send(text);
+                return None;
+            }
+        };
+        let mut ls = Self {
+            metrics: LsMetrics::new(&text),
+            core: LsCore::new(name, ctx.our, ctx.embedded, random_seed()),
+            text: std::sync::Arc::from(text.as_str()),
+            actions: Vec::new(),
+            pending: super::outstanding::Outstanding::default(),
+            conf,
+            group,
+            ctx,
+            drop_log: super::admission::LogEvery::default(),
+            backlog: 0,
+            native_seen: crate::lscore::NativeStats::default(),
+            published: None,
+        };
+        ls.core.set_native(ls.ctx.native);
+        ls.core.set_deadlock_detect(ls.ctx.deadlock);
+        ls.core.set_c_peers_cancel(ls.ctx.c_peers_cancel);
+        ls.drain();
+        Some(ls)
+    }
+
+    /// One turn: the first input ready, then what it left to send. `false` when the task
+    /// must end (its command channel closed, or its group failed).
+    async fn turn(
+        &mut self,
+        t: &mut Turn,
+        commands: &mut mpsc::UnboundedReceiver<LsCommand>,
+    ) -> bool {
         // give the scheduler (and tokio's per-task budget) a turn now and then: while
         // deliveries stream in, the event branch is always ready and would otherwise keep
         // the command branch (queries, kernel requests) waiting behind the whole stream
-        turns = turns.wrapping_add(1);
-        if turns % 16 == 0 {
+        t.count = t.count.wrapping_add(1);
+        if t.count % 16 == 0 {
             tokio::task::yield_now().await;
         }
         tokio::select! {
@@ -647,83 +689,96 @@ pub(crate) async fn run(
             biased;
             cmd = commands.recv() => match cmd {
                 Some(cmd) => {
-                    ls.command(cmd, &mut leave);
+                    self.command(cmd, &mut t.leave);
                     // the requests read meanwhile join this turn's batch
                     for _ in 0..COMMANDS_PER_TURN {
                         let Ok(cmd) = commands.try_recv() else { break };
-                        ls.command(cmd, &mut leave);
+                        self.command(cmd, &mut t.leave);
                     }
                 }
-                None => break,
+                None => return false,
             },
-            ev = ls.group.next_event() => match ev {
-                Ok(ev) => ls.event(ev),
+            ev = self.group.next_event() => match ev {
+                Ok(ev) => self.event(ev),
                 Err(e) => {
                     tracing::error!("{e}");
-                    break;
+                    return false;
                 }
             },
-            Ok(()) = quorum.changed() => {
-                let a = ls.with_env(|core, env| core.poll(env));
-                ls.perform(a);
-            }
+            Ok(()) = t.quorum.changed() => self.poll(),
             // a node fenced (or acknowledged): a change waiting for it goes on at once
-            Ok(()) = fenced.changed() => {
-                let a = ls.with_env(|core, env| core.poll(env));
-                ls.perform(a);
-            }
+            Ok(()) = t.fenced.changed() => self.poll(),
             // a backlog (a big state transfer, a storm): a portion per turn, right away
             // after a full portion, a millisecond after corosync's TRY_AGAIN; events,
             // plock requests and queries keep being served in between
             () = async {
-                if last_flush == Flush::PushedBack {
+                if t.last_flush == Flush::PushedBack {
                     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                 } else {
                     tokio::task::yield_now().await;
                 }
-            }, if ls.group.queued() > 0 || ls.core.sending() => {}
+            }, if self.group.queued() > 0 || self.core.sending() => {}
             // cpg_leave met TRY_AGAIN: again shortly, as cpg_join is retried
-            () = tokio::time::sleep(LeaveRetry::PAUSE), if leave.pending => {
-                leave.attempt(&mut ls.group);
+            () = tokio::time::sleep(LeaveRetry::PAUSE), if t.leave.pending => {
+                t.leave.attempt(&mut self.group);
             }
             // decided entries waiting for company: they go now
-            () = sleep_until_some(batch_due), if batch_due.is_some() => {}
+            () = sleep_until_some(t.batch_due), if t.batch_due.is_some() => {}
         }
-        ls.drain();
-        batch_due = ls.send_batch(batch_due);
+        self.after_turn(t);
+        true
+    }
+
+    /// The core looks again at its environment (quorum, fencing changed).
+    fn poll(&mut self) {
+        let a = self.with_env(|core, env| core.poll(env));
+        self.perform(a);
+    }
+
+    /// What every turn ends with: replies out, batches and transfer portions sent, the
+    /// backlog and the report published.
+    fn after_turn(&mut self, t: &mut Turn) {
+        self.drain();
+        t.batch_due = self.send_batch(t.batch_due);
         // a state transfer going out: the next portion once corosync has taken the last
-        if ls.core.sending() && ls.group.queued() < SEND_PER_TURN {
-            let a = ls.with_env(|core, env| core.pump(env, SEND_PER_TURN));
-            ls.perform(a);
+        if self.core.sending() && self.group.queued() < SEND_PER_TURN {
+            let a = self.with_env(|core, env| core.pump(env, SEND_PER_TURN));
+            self.perform(a);
         }
-        match ls.group.flush_some(SEND_PER_TURN) {
+        match self.group.flush_some(SEND_PER_TURN) {
             Ok(f) => {
                 if f == Flush::PushedBack {
-                    ls.metrics.try_again.inc();
+                    self.metrics.try_again.inc();
                 }
-                last_flush = f;
+                t.last_flush = f;
             }
             Err(e) => tracing::error!("multicast: {e}"),
         }
-        ls.publish_backlog();
-        ls.publish_report();
+        self.publish_backlog();
+        self.publish_report();
     }
-    // what is still queued goes out before the task ends (a leave's last messages)
-    for _ in 0..5000 {
-        match ls.group.try_flush() {
-            Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
-            _ => break,
+
+    /// The task ends: what is queued goes out, the group is finalized, the requests still
+    /// waiting are answered, and the main task hears of it.
+    async fn finish(mut self, mut commands: mpsc::UnboundedReceiver<LsCommand>) {
+        // what is still queued goes out before the task ends (a leave's last messages)
+        for _ in 0..5000 {
+            match self.group.try_flush() {
+                Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+                _ => break,
+            }
         }
+        // the group is finalized before the main task hears we are done: a join of the same
+        // lockspace that follows at once must not meet our handle still in the group
+        let done = self.ctx.done.clone();
+        let text = self.text.to_string();
+        self.answer_the_rest(&mut commands);
+        self.publish_backlog_as(0);
+        if !self.core.is_left() {
+            // ended without a leave (corosync went away): still registered, nothing replaced us
+            unregister(&self.ctx, &text);
+        }
+        drop(self);
+        let _ = done.send(text);
     }
-    // the group is finalized before the main task hears we are done: a join of the same
-    // lockspace that follows at once must not meet our handle still in the group
-    let done = ls.ctx.done.clone();
-    ls.answer_the_rest(&mut commands);
-    ls.publish_backlog_as(0);
-    if !ls.core.is_left() {
-        // ended without a leave (corosync went away): still registered, nothing replaced us
-        unregister(&ls.ctx, &text);
-    }
-    drop(ls);
-    let _ = done.send(text);
 }
