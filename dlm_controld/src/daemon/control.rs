@@ -159,121 +159,164 @@ async fn connection(
     tx: mpsc::UnboundedSender<ControlCmd>,
     ci: u64,
 ) -> io::Result<()> {
-    loop {
-        let mut hb = [0u8; HEADER_SIZE];
-        match s.read_exact(&mut hb).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        let m = crate::metrics::get();
-        let h = match DlmcHeader::decode(&hb) {
-            Ok(h) => h,
-            Err(e) => {
-                m.socket_requests
-                    .with_label_values(&["main", "none", "bad"])
-                    .inc();
-                tracing::error!("connection {ci}: {e}");
-                return Ok(());
-            }
-        };
-        let label = h.command.name().unwrap_or("unknown");
-        let mut extra = vec![0u8; Request::extra_len(&h).min(EXTRA_SIZE)];
-        // a client that announces extra bytes and never sends them is dropped
-        if tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut extra))
-            .await
-            .is_err()
-        {
-            tracing::error!("connection {ci}: request body not sent");
-            return Ok(());
-        }
-        let req = match Request::decode(&h, &extra) {
-            Ok(r) => r,
-            Err(e) => {
-                m.socket_requests
-                    .with_label_values(&["main", label, "bad"])
-                    .inc();
-                tracing::error!("connection {ci}: {e}");
-                return Ok(());
-            }
-        };
-        m.socket_requests
-            .with_label_values(&["main", label, "ok"])
-            .inc();
-        let base = DlmcHeader {
-            name: h.name,
-            ..DlmcHeader::new(h.command)
-        };
-        match req {
-            Request::ReloadConfig => {
-                let _ = tx.send(ControlCmd::Reload);
-            }
-            Request::SetConfig { text } => {
-                let _ = tx.send(ControlCmd::SetConfig(
-                    String::from_utf8_lossy(&text).into_owned(),
-                ));
-            }
-            Request::FenceAck { nodeid } => match u32::try_from(nodeid) {
-                Ok(n) if n > 0 => {
-                    let _ = tx.send(ControlCmd::FenceAck(n));
-                }
-                _ => tracing::error!("fence_ack {nodeid}: not a node id"),
-            },
-            // fs_controld mode (enable_fscontrol) is not supported, as with C's default
-            Request::FsRegister(_) => {
-                let r = DlmcHeader {
-                    data: -EOPNOTSUPP,
-                    ..base
-                };
-                reply(&mut s, r, &[]).await?;
-            }
-            Request::FsNotified { nodeid, .. } => {
-                let r = DlmcHeader {
-                    option: u32::try_from(nodeid).unwrap_or(0),
-                    data: -EOPNOTSUPP,
-                    ..base
-                };
-                reply(&mut s, r, &[]).await?;
-            }
-            Request::FsUnregister(_) => {}
-            Request::RunStart {
-                dest_nodeid,
-                flags,
-                command,
-            } => {
-                let (otx, orx) = tokio::sync::oneshot::channel();
-                let _ = tx.send(ControlCmd::RunStart {
-                    dest: dest_nodeid,
-                    flags: flags.0,
-                    command,
-                    reply: otx,
-                });
-                let (rv, uuid) = orx.await.unwrap_or((-1, String::new()));
-                let mut name = [0u8; 64];
-                let n = uuid.len().min(64);
-                name[..n].copy_from_slice(&uuid.as_bytes()[..n]);
-                let r = DlmcHeader {
-                    data: rv,
-                    name,
-                    ..base
-                };
-                reply(&mut s, r, &[]).await?;
-                return Ok(());
-            }
-            Request::RunCheck { uuid, flags } => {
-                let (otx, orx) = tokio::sync::oneshot::channel();
-                let _ = tx.send(ControlCmd::RunCheck {
-                    uuid: String::from_utf8_lossy(&uuid).into_owned(),
-                    flags: flags.0,
-                    reply: otx,
-                });
-                let (rv, status) = orx.await.unwrap_or((-1, 0));
-                let r = DlmcHeader { data: rv, ..base };
-                reply(&mut s, r, &status.to_ne_bytes()).await?;
-            }
-            _ => {
-                tracing::error!("process_connection {ci} unknown command {}", h.command.0);
-            }
+    while let Some((h, req)) = read_request(&mut s, ci).await? {
+        if !answer(&mut s, &tx, ci, h, req).await? {
+            break;
         }
     }
+    Ok(())
+}
+
+/// The next request of connection `ci`, counted; `None` at its end or when it sent
+/// something that is not a request (logged, and the connection closed).
+async fn read_request(s: &mut UnixStream, ci: u64) -> io::Result<Option<(DlmcHeader, Request)>> {
+    let mut hb = [0u8; HEADER_SIZE];
+    match s.read_exact(&mut hb).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let count = |label: &str, result: &str| {
+        crate::metrics::get()
+            .socket_requests
+            .with_label_values(&["main", label, result])
+            .inc();
+    };
+    let h = match DlmcHeader::decode(&hb) {
+        Ok(h) => h,
+        Err(e) => {
+            count("none", "bad");
+            tracing::error!("connection {ci}: {e}");
+            return Ok(None);
+        }
+    };
+    let label = h.command.name().unwrap_or("unknown");
+    let mut extra = vec![0u8; Request::extra_len(&h).min(EXTRA_SIZE)];
+    // a client that announces extra bytes and never sends them is dropped
+    if tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut extra))
+        .await
+        .is_err()
+    {
+        tracing::error!("connection {ci}: request body not sent");
+        return Ok(None);
+    }
+    match Request::decode(&h, &extra) {
+        Ok(r) => {
+            count(label, "ok");
+            Ok(Some((h, r)))
+        }
+        Err(e) => {
+            count(label, "bad");
+            tracing::error!("connection {ci}: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// Hands request `req` to the main task and writes its reply (`process_connection`);
+/// `false` when the connection ends with it (a run's start, as C).
+async fn answer(
+    s: &mut UnixStream,
+    tx: &mpsc::UnboundedSender<ControlCmd>,
+    ci: u64,
+    h: DlmcHeader,
+    req: Request,
+) -> io::Result<bool> {
+    let base = DlmcHeader {
+        name: h.name,
+        ..DlmcHeader::new(h.command)
+    };
+    match req {
+        Request::ReloadConfig => {
+            let _ = tx.send(ControlCmd::Reload);
+        }
+        Request::SetConfig { text } => {
+            let _ = tx.send(ControlCmd::SetConfig(
+                String::from_utf8_lossy(&text).into_owned(),
+            ));
+        }
+        Request::FenceAck { nodeid } => match u32::try_from(nodeid) {
+            Ok(n) if n > 0 => {
+                let _ = tx.send(ControlCmd::FenceAck(n));
+            }
+            _ => tracing::error!("fence_ack {nodeid}: not a node id"),
+        },
+        // fs_controld mode (enable_fscontrol) is not supported, as with C's default
+        Request::FsRegister(_) => {
+            let r = DlmcHeader {
+                data: -EOPNOTSUPP,
+                ..base
+            };
+            reply(s, r, &[]).await?;
+        }
+        Request::FsNotified { nodeid, .. } => {
+            let r = DlmcHeader {
+                option: u32::try_from(nodeid).unwrap_or(0),
+                data: -EOPNOTSUPP,
+                ..base
+            };
+            reply(s, r, &[]).await?;
+        }
+        Request::FsUnregister(_) => {}
+        Request::RunStart {
+            dest_nodeid,
+            flags,
+            command,
+        } => {
+            run_start(s, tx, base, dest_nodeid, flags.0, command).await?;
+            return Ok(false);
+        }
+        Request::RunCheck { uuid, flags } => run_check(s, tx, base, &uuid, flags.0).await?,
+        _ => {
+            tracing::error!("process_connection {ci} unknown command {}", h.command.0);
+        }
+    }
+    Ok(true)
+}
+
+/// `dlm_tool run`: the main task starts the run; the reply names it by its uuid.
+async fn run_start(
+    s: &mut UnixStream,
+    tx: &mpsc::UnboundedSender<ControlCmd>,
+    base: DlmcHeader,
+    dest: i32,
+    flags: u32,
+    command: Vec<u8>,
+) -> io::Result<()> {
+    let (otx, orx) = tokio::sync::oneshot::channel();
+    let _ = tx.send(ControlCmd::RunStart {
+        dest,
+        flags,
+        command,
+        reply: otx,
+    });
+    let (rv, uuid) = orx.await.unwrap_or((-1, String::new()));
+    let mut name = [0u8; 64];
+    let n = uuid.len().min(64);
+    name[..n].copy_from_slice(&uuid.as_bytes()[..n]);
+    let r = DlmcHeader {
+        data: rv,
+        name,
+        ..base
+    };
+    reply(s, r, &[]).await
+}
+
+/// `dlm_tool run_check`: the run's status from the main task.
+async fn run_check(
+    s: &mut UnixStream,
+    tx: &mpsc::UnboundedSender<ControlCmd>,
+    base: DlmcHeader,
+    uuid: &[u8],
+    flags: u32,
+) -> io::Result<()> {
+    let (otx, orx) = tokio::sync::oneshot::channel();
+    let _ = tx.send(ControlCmd::RunCheck {
+        uuid: String::from_utf8_lossy(uuid).into_owned(),
+        flags,
+        reply: otx,
+    });
+    let (rv, status) = orx.await.unwrap_or((-1, 0));
+    let r = DlmcHeader { data: rv, ..base };
+    reply(s, r, &status.to_ne_bytes()).await
 }
