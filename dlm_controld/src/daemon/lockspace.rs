@@ -226,94 +226,97 @@ impl Shell {
         // transfer) is queued and handed over a portion per loop turn
         let mut sent = 0usize;
         for a in actions.drain(..) {
-            let r = match a {
-                Action::StopKernel => self.ctx.seam.sysfs_write(self.core.name(), "control", "0"),
-                Action::StartKernel {
-                    write_id,
-                    members,
-                    renew,
-                    event_done,
-                } => {
-                    // set_protocol_stateful: this daemon now has lockspace state
-                    self.ctx.stateful.store(true, Ordering::Relaxed);
-                    self.start_kernel(write_id, &members, &renew, event_done)
-                }
-                Action::Send(bytes) => {
-                    self.metrics.sent.inc();
-                    sent += 1;
-                    let r = if sent <= SEND_AT_ONCE {
-                        self.group.mcast(&bytes)
-                    } else {
-                        self.group.enqueue(bytes)
-                    };
-                    if let Err(e) = r {
-                        tracing::error!("multicast: {e}");
-                    }
-                    Ok(())
-                }
-                Action::Reply(info) => {
-                    self.count_reply(&info);
-                    if let Some(dev) = self.ctx.device.as_ref() {
-                        if let Err(e) = dev.write_record(&info.encode()) {
-                            tracing::error!("plock reply: {e}");
-                        }
-                    }
-                    Ok(())
-                }
-                // kick_node_from_cluster: a member whose daemon died (PROCDOWN) leaves the
-                // cluster, as C has it do
-                Action::KickNode(n) => {
-                    let _ = self.ctx.kick.send(n);
-                    Ok(())
-                }
-                Action::TransferSent { messages } => {
-                    self.metrics.transfers[0].inc();
-                    self.metrics.transfer_messages[0].inc_by(u64::from(messages));
-                    tracing::debug!(messages, "send_plocks_data done {messages} messages");
-                    Ok(())
-                }
-                Action::TransferReceived { messages, ms } => {
-                    self.metrics.transfers[1].inc();
-                    self.metrics.transfer_messages[1].inc_by(u64::from(messages));
-                    #[allow(clippy::cast_precision_loss)] // milliseconds, far below 2^52
-                    self.metrics.transfer_seconds.observe(ms as f64 / 1000.0);
-                    tracing::debug!(
-                        messages,
-                        ms,
-                        "receive_plocks_done {messages} messages in {ms} ms"
-                    );
-                    Ok(())
-                }
-                Action::Dropped { from, why } => {
-                    self.metrics.dropped.inc();
-                    if let Some(held) = self.drop_log.allow(std::time::Instant::now()) {
-                        tracing::error!(
-                            from,
-                            "dropped a message from node {from}: {why} ({held} more not logged)"
-                        );
-                    }
-                    Ok(())
-                }
-                // each step on its own: a configfs error must not keep the kernel waiting
-                Action::Left => {
-                    if let Err(e) =
-                        startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0)
-                    {
-                        tracing::error!("{e}");
-                    }
-                    unregister(&self.ctx, &self.text);
-                    self.ctx
-                        .seam
-                        .sysfs_write(self.core.name(), "event_done", "0")
-                }
-            };
-            if let Err(e) = r {
+            if let Err(e) = self.perform_one(a, &mut sent) {
                 tracing::error!("{e}");
             }
         }
         // kept for the next request (a state transfer's long vector is let go)
         if actions.capacity() <= ACTIONS_KEPT {
             self.actions = actions;
+        }
+    }
+
+    /// One action of the core; `sent` counts this batch's messages (the first
+    /// `SEND_AT_ONCE` go out at once, the rest are queued).
+    fn perform_one(&mut self, a: Action, sent: &mut usize) -> Result<(), SeamError> {
+        match a {
+            Action::StopKernel => self.ctx.seam.sysfs_write(self.core.name(), "control", "0"),
+            Action::StartKernel {
+                write_id,
+                members,
+                renew,
+                event_done,
+            } => {
+                // set_protocol_stateful: this daemon now has lockspace state
+                self.ctx.stateful.store(true, Ordering::Relaxed);
+                self.start_kernel(write_id, &members, &renew, event_done)
+            }
+            Action::Send(bytes) => {
+                self.metrics.sent.inc();
+                *sent += 1;
+                let r = if *sent <= SEND_AT_ONCE {
+                    self.group.mcast(&bytes)
+                } else {
+                    self.group.enqueue(bytes)
+                };
+                if let Err(e) = r {
+                    tracing::error!("multicast: {e}");
+                }
+                Ok(())
+            }
+            Action::Reply(info) => {
+                self.count_reply(&info);
+                if let Some(dev) = self.ctx.device.as_ref() {
+                    if let Err(e) = dev.write_record(&info.encode()) {
+                        tracing::error!("plock reply: {e}");
+                    }
+                }
+                Ok(())
+            }
+            // kick_node_from_cluster: a member whose daemon died (PROCDOWN) leaves the
+            // cluster, as C has it do
+            Action::KickNode(n) => {
+                let _ = self.ctx.kick.send(n);
+                Ok(())
+            }
+            Action::TransferSent { messages } => {
+                self.metrics.transfers[0].inc();
+                self.metrics.transfer_messages[0].inc_by(u64::from(messages));
+                tracing::debug!(messages, "send_plocks_data done {messages} messages");
+                Ok(())
+            }
+            Action::TransferReceived { messages, ms } => {
+                self.metrics.transfers[1].inc();
+                self.metrics.transfer_messages[1].inc_by(u64::from(messages));
+                #[allow(clippy::cast_precision_loss)] // milliseconds, far below 2^52
+                self.metrics.transfer_seconds.observe(ms as f64 / 1000.0);
+                tracing::debug!(
+                    messages,
+                    ms,
+                    "receive_plocks_done {messages} messages in {ms} ms"
+                );
+                Ok(())
+            }
+            Action::Dropped { from, why } => {
+                self.metrics.dropped.inc();
+                if let Some(held) = self.drop_log.allow(std::time::Instant::now()) {
+                    tracing::error!(
+                        from,
+                        "dropped a message from node {from}: {why} ({held} more not logged)"
+                    );
+                }
+                Ok(())
+            }
+            // each step on its own: a configfs error must not keep the kernel waiting
+            Action::Left => {
+                if let Err(e) = startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0) {
+                    tracing::error!("{e}");
+                }
+                unregister(&self.ctx, &self.text);
+                self.ctx
+                    .seam
+                    .sysfs_write(self.core.name(), "event_done", "0")
+            }
         }
     }
 
