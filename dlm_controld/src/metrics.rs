@@ -4,92 +4,259 @@
 use std::sync::OnceLock;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-/// Every metric this daemon exports.
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
+/// Declares [`Metrics`] and its constructor from one table: per metric its field, type,
+/// constructor, exported name, help and labels.
+macro_rules! metrics {
+    ($(
+        $(#[$doc:meta])*
+        $field:ident: $ty:ty = $make:ident($name:expr, $help:expr $(, [$($label:expr),*])?);
+    )*) => {
+        /// Every metric this daemon exports.
+        #[derive(Debug)]
+        pub struct Metrics {
+            registry: Registry,
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl Metrics {
+            fn new() -> Self {
+                let r = Registry::new();
+                Self {
+                    $($field: $make(&r, $name, $help $(, &[$($label),*])?),)*
+                    registry: r,
+                }
+            }
+        }
+    };
+}
+
+metrics! {
     /// Plock requests read from the kernel, by lockspace and op.
-    pub plock_requests: IntCounterVec,
+    plock_requests: IntCounterVec = counter_vec(
+        "dlm_plock_requests_total",
+        "POSIX lock requests read from the kernel",
+        ["lockspace", "op"]
+    );
     /// Plock replies written to the kernel, by lockspace and result.
-    pub plock_replies: IntCounterVec,
+    plock_replies: IntCounterVec = counter_vec(
+        "dlm_plock_replies_total",
+        "POSIX lock replies written to the kernel",
+        ["lockspace", "result"]
+    );
     /// Request read to reply written, by lockspace and whether it could wait.
-    pub plock_seconds: HistogramVec,
+    plock_seconds: HistogramVec = histogram_vec(
+        "dlm_plock_request_seconds",
+        "From a request read from the kernel to its reply written (wait=true includes the time blocked)",
+        ["lockspace", "wait"]
+    );
     /// Kernel plock records that did not decode.
-    pub plock_bad_records: IntCounter,
+    plock_bad_records: IntCounter = counter(
+        "dlm_plock_bad_records_total",
+        "Kernel plock records dropped because they did not decode"
+    );
     /// Lockspace CPG messages sent / delivered, by lockspace.
-    pub cpg_sent: IntCounterVec,
+    cpg_sent: IntCounterVec = counter_vec(
+        "dlm_cpg_messages_sent_total",
+        "Messages multicast on a lockspace's CPG group",
+        ["lockspace"]
+    );
     /// See `cpg_sent`.
-    pub cpg_received: IntCounterVec,
+    cpg_received: IntCounterVec = counter_vec(
+        "dlm_cpg_messages_received_total",
+        "Messages delivered on a lockspace's CPG group",
+        ["lockspace"]
+    );
     /// Delivered messages dropped as malformed or not for us, by lockspace.
-    pub cpg_dropped: IntCounterVec,
+    cpg_dropped: IntCounterVec = counter_vec(
+        "dlm_cpg_messages_dropped_total",
+        "Delivered messages dropped: malformed, a wrong sender or protocol version",
+        ["lockspace"]
+    );
     /// Granted locks held, by lockspace (at scrape).
-    pub locks: IntGaugeVec,
+    locks: IntGaugeVec = gauge_vec("dlm_plock_locks", "Granted POSIX locks", ["lockspace"]);
     /// Waiters queued, by lockspace (at scrape).
-    pub waiters: IntGaugeVec,
+    waiters: IntGaugeVec = gauge_vec(
+        "dlm_plock_waiters",
+        "Blocked POSIX lock requests",
+        ["lockspace"]
+    );
     /// Resources (inodes with locks or waiters), by lockspace (at scrape).
-    pub resources: IntGaugeVec,
+    resources: IntGaugeVec = gauge_vec(
+        "dlm_plock_resources",
+        "Inodes with POSIX locks or waiters",
+        ["lockspace"]
+    );
     /// Members of the started change, by lockspace (at scrape).
-    pub members: IntGaugeVec,
+    members: IntGaugeVec = gauge_vec(
+        "dlm_lockspace_members",
+        "Members of the lockspace's started change",
+        ["lockspace"]
+    );
     /// Sequence number of the started change, by lockspace (at scrape).
-    pub change_seq: IntGaugeVec,
+    change_seq: IntGaugeVec = gauge_vec(
+        "dlm_lockspace_change_seq",
+        "Sequence number of the lockspace's started change",
+        ["lockspace"]
+    );
     /// 1 while a pending change waits for `condition`, by lockspace (at scrape).
-    pub waiting: IntGaugeVec,
+    waiting: IntGaugeVec = gauge_vec(
+        "dlm_lockspace_waiting",
+        "1 while the lockspace's pending change waits for the condition",
+        ["lockspace", "condition"]
+    );
     /// Query and main socket requests, by socket, command and outcome.
-    pub socket_requests: IntCounterVec,
+    socket_requests: IntCounterVec = counter_vec(
+        "dlm_socket_requests_total",
+        "Requests on the query and main sockets",
+        ["socket", "command", "outcome"]
+    );
     /// Query socket request latency.
-    pub query_seconds: HistogramVec,
+    query_seconds: HistogramVec = histogram_vec(
+        "dlm_query_seconds",
+        "Query socket requests, accept to reply written",
+        ["command"]
+    );
     /// Connections closed at accept by a bound, by socket and bound.
-    pub socket_refused: IntCounterVec,
+    socket_refused: IntCounterVec = counter_vec(
+        "dlm_socket_refused_total",
+        "Connections closed at accept by a bound",
+        ["socket", "bound"]
+    );
     /// Failed accepts (EMFILE, ENFILE, ENOMEM, …), by socket: each one backs off.
-    pub accept_errors: IntCounterVec,
+    accept_errors: IntCounterVec = counter_vec(
+        "dlm_socket_accept_errors_total",
+        "Failed accepts on the local listeners (each backs off)",
+        ["socket"]
+    );
     /// Connections open on the local listeners now.
-    pub connections: IntGauge,
+    connections: IntGauge = gauge(
+        "dlm_socket_connections",
+        "Connections open on the local listeners"
+    );
     /// Uevent reads that failed and were gone on from, by reason (overrun, truncated, …).
-    pub uevents_lost: IntCounterVec,
+    uevents_lost: IntCounterVec = counter_vec(
+        "dlm_uevent_errors_total",
+        "Uevent reads that failed and were gone on from (overrun: events lost)",
+        ["reason"]
+    );
     /// Plock requests read and not yet done with, over every lockspace.
-    pub plock_backlog: IntGauge,
+    plock_backlog: IntGauge = gauge(
+        "dlm_plock_backlog",
+        "Plock requests read and not yet done with, every lockspace"
+    );
     /// Times reading the plock device paused at the backlog bound.
-    pub plock_read_pauses: IntCounter,
+    plock_read_pauses: IntCounter = counter(
+        "dlm_plock_read_pauses_total",
+        "Times reading the plock device paused at the backlog bound"
+    );
     /// Log lines for syslog, the log file or stderr dropped: the writer's queue was full.
-    pub log_lines_dropped: IntCounter,
+    log_lines_dropped: IntCounter = counter(
+        "dlm_log_lines_dropped_total",
+        "Log lines for syslog, the log file or stderr dropped at a full writer queue"
+    );
     /// Lines logged at error level (bad input included).
-    pub errors: IntCounter,
+    errors: IntCounter = counter(
+        "dlm_errors_total",
+        "Lines logged at error level, bad input included"
+    );
     /// State transfers by lockspace and role (sent, received).
-    pub transfers: IntCounterVec,
+    transfers: IntCounterVec = counter_vec(
+        "dlm_plock_transfers_total",
+        "Plock state transfers to joining nodes (sent) and as a joiner (received)",
+        ["lockspace", "role"]
+    );
     /// PLOCKS_DATA messages of state transfers, by lockspace and role.
-    pub transfer_messages: IntCounterVec,
+    transfer_messages: IntCounterVec = counter_vec(
+        "dlm_plock_transfer_messages_total",
+        "PLOCKS_DATA messages of state transfers",
+        ["lockspace", "role"]
+    );
     /// A joiner's wait for the plock state, by lockspace.
-    pub transfer_seconds: HistogramVec,
+    transfer_seconds: HistogramVec = histogram_vec(
+        "dlm_plock_transfer_seconds",
+        "A joiner's wait for the plock state, from the start of saving to PLOCKS_DONE",
+        ["lockspace"]
+    );
     /// corosync TRY_AGAIN on a lockspace's send queue, by lockspace.
-    pub try_again: IntCounterVec,
+    try_again: IntCounterVec = counter_vec(
+        "dlm_cpg_try_again_total",
+        "Times corosync answered TRY_AGAIN to a lockspace's queued messages",
+        ["lockspace"]
+    );
     /// Plock requests decided locally in native mode.
-    pub native_local: IntCounterVec,
+    native_local: IntCounterVec = counter_vec(
+        "dlm_plock_local_total",
+        "Plock requests decided on this node without a CPG round trip (native mode)",
+        ["lockspace"]
+    );
     /// Resources we owned that another node's request made us give back.
-    pub native_recalls: IntCounterVec,
+    native_recalls: IntCounterVec = counter_vec(
+        "dlm_plock_recalls_total",
+        "Resources this node owned that another node's request made it give back",
+        ["lockspace"]
+    );
     /// NATIVE messages sent.
-    pub native_batches: IntCounterVec,
+    native_batches: IntCounterVec = counter_vec(
+        "dlm_plock_native_messages_total",
+        "NATIVE messages (batches of plock entries) sent",
+        ["lockspace"]
+    );
     /// Messages queued for a lockspace's group (at scrape).
-    pub send_queue: IntGaugeVec,
+    send_queue: IntGaugeVec = gauge_vec(
+        "dlm_cpg_send_queue",
+        "Messages queued for a lockspace's group, not yet taken by corosync",
+        ["lockspace"]
+    );
     /// Age of the longest-waiting plock waiter, by lockspace (at scrape; 0 with none).
-    pub oldest_waiter: prometheus::GaugeVec,
+    oldest_waiter: GaugeVec = float_gauge_vec(
+        "dlm_plock_oldest_waiter_seconds",
+        "How long the longest-waiting blocked plock request has waited (0: none)",
+        ["lockspace"]
+    );
     /// Lock owners in a cycle of waiting owners (a deadlock across nodes), per lockspace.
-    pub owners_in_cycle: IntGaugeVec,
+    owners_in_cycle: IntGaugeVec = gauge_vec(
+        "dlm_plock_owners_in_cycle",
+        "Lock owners in a cycle of waiting owners now: a deadlock across nodes (dlm_tool plocks --waits shows it)",
+        ["lockspace"]
+    );
     /// How long blocking requests waited: granted or cancelled.
-    pub plock_wait_seconds: HistogramVec,
+    plock_wait_seconds: HistogramVec = histogram_vec(
+        "dlm_plock_wait_seconds",
+        "How long a blocking request (F_SETLKW) of this node waited, until granted or cancelled",
+        ["lockspace", "outcome"]
+    );
     /// Fence agents started here, by device.
-    pub fence_attempts: IntCounterVec,
+    fence_attempts: IntCounterVec = counter_vec(
+        "dlm_fence_agent_runs_total",
+        "Fence agents started by this node",
+        ["device"]
+    );
     /// Fence agents that ended here, by outcome (success, failure).
-    pub fence_results: IntCounterVec,
+    fence_results: IntCounterVec = counter_vec(
+        "dlm_fence_agent_results_total",
+        "Fence agents that ended on this node, by outcome",
+        ["outcome"]
+    );
     /// FENCE_RESULT messages received, by outcome (fenced, acknowledged, failed).
-    pub fence_received: IntCounterVec,
+    fence_received: IntCounterVec = counter_vec(
+        "dlm_fence_results_received_total",
+        "FENCE_RESULT messages received from any node: fenced, acknowledged (fence_ack), failed",
+        ["outcome"]
+    );
     /// Daemon nodes that need fencing now (at scrape).
-    pub need_fencing: IntGauge,
+    need_fencing: IntGauge = gauge(
+        "dlm_nodes_need_fencing",
+        "Daemon nodes that must be fenced before lockspaces that lost them restart"
+    );
     /// Daemon group messages dropped: malformed, a wrong sender, an unknown type.
-    pub daemon_dropped: IntCounter,
+    daemon_dropped: IntCounter = counter(
+        "dlm_daemon_messages_dropped_total",
+        "Daemon group messages dropped: malformed, a wrong sender or an unknown type"
+    );
 }
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -128,241 +295,14 @@ fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     g
 }
 
-impl Metrics {
-    fn new() -> Self {
-        let r = Registry::new();
-        Self {
-            plock_requests: counter_vec(
-                &r,
-                "dlm_plock_requests_total",
-                "POSIX lock requests read from the kernel",
-                &["lockspace", "op"],
-            ),
-            plock_replies: counter_vec(
-                &r,
-                "dlm_plock_replies_total",
-                "POSIX lock replies written to the kernel",
-                &["lockspace", "result"],
-            ),
-            plock_seconds: histogram_vec(
-                &r,
-                "dlm_plock_request_seconds",
-                "From a request read from the kernel to its reply written (wait=true includes the time blocked)",
-                &["lockspace", "wait"],
-            ),
-            plock_bad_records: counter(
-                &r,
-                "dlm_plock_bad_records_total",
-                "Kernel plock records dropped because they did not decode",
-            ),
-            cpg_sent: counter_vec(
-                &r,
-                "dlm_cpg_messages_sent_total",
-                "Messages multicast on a lockspace's CPG group",
-                &["lockspace"],
-            ),
-            cpg_received: counter_vec(
-                &r,
-                "dlm_cpg_messages_received_total",
-                "Messages delivered on a lockspace's CPG group",
-                &["lockspace"],
-            ),
-            cpg_dropped: counter_vec(
-                &r,
-                "dlm_cpg_messages_dropped_total",
-                "Delivered messages dropped: malformed, a wrong sender or protocol version",
-                &["lockspace"],
-            ),
-            locks: gauge_vec(&r, "dlm_plock_locks", "Granted POSIX locks", &["lockspace"]),
-            waiters: gauge_vec(
-                &r,
-                "dlm_plock_waiters",
-                "Blocked POSIX lock requests",
-                &["lockspace"],
-            ),
-            resources: gauge_vec(
-                &r,
-                "dlm_plock_resources",
-                "Inodes with POSIX locks or waiters",
-                &["lockspace"],
-            ),
-            members: gauge_vec(
-                &r,
-                "dlm_lockspace_members",
-                "Members of the lockspace's started change",
-                &["lockspace"],
-            ),
-            change_seq: gauge_vec(
-                &r,
-                "dlm_lockspace_change_seq",
-                "Sequence number of the lockspace's started change",
-                &["lockspace"],
-            ),
-            waiting: gauge_vec(
-                &r,
-                "dlm_lockspace_waiting",
-                "1 while the lockspace's pending change waits for the condition",
-                &["lockspace", "condition"],
-            ),
-            socket_requests: counter_vec(
-                &r,
-                "dlm_socket_requests_total",
-                "Requests on the query and main sockets",
-                &["socket", "command", "outcome"],
-            ),
-            query_seconds: histogram_vec(
-                &r,
-                "dlm_query_seconds",
-                "Query socket requests, accept to reply written",
-                &["command"],
-            ),
-            socket_refused: counter_vec(
-                &r,
-                "dlm_socket_refused_total",
-                "Connections closed at accept by a bound",
-                &["socket", "bound"],
-            ),
-            accept_errors: counter_vec(
-                &r,
-                "dlm_socket_accept_errors_total",
-                "Failed accepts on the local listeners (each backs off)",
-                &["socket"],
-            ),
-            connections: gauge(
-                &r,
-                "dlm_socket_connections",
-                "Connections open on the local listeners",
-            ),
-            plock_backlog: gauge(
-                &r,
-                "dlm_plock_backlog",
-                "Plock requests read and not yet done with, every lockspace",
-            ),
-            plock_read_pauses: counter(
-                &r,
-                "dlm_plock_read_pauses_total",
-                "Times reading the plock device paused at the backlog bound",
-            ),
-            log_lines_dropped: counter(
-                &r,
-                "dlm_log_lines_dropped_total",
-                "Log lines for syslog, the log file or stderr dropped at a full writer queue",
-            ),
-            uevents_lost: counter_vec(
-                &r,
-                "dlm_uevent_errors_total",
-                "Uevent reads that failed and were gone on from (overrun: events lost)",
-                &["reason"],
-            ),
-            errors: counter(
-                &r,
-                "dlm_errors_total",
-                "Lines logged at error level, bad input included",
-            ),
-            transfers: counter_vec(
-                &r,
-                "dlm_plock_transfers_total",
-                "Plock state transfers to joining nodes (sent) and as a joiner (received)",
-                &["lockspace", "role"],
-            ),
-            transfer_messages: counter_vec(
-                &r,
-                "dlm_plock_transfer_messages_total",
-                "PLOCKS_DATA messages of state transfers",
-                &["lockspace", "role"],
-            ),
-            transfer_seconds: histogram_vec(
-                &r,
-                "dlm_plock_transfer_seconds",
-                "A joiner's wait for the plock state, from the start of saving to PLOCKS_DONE",
-                &["lockspace"],
-            ),
-            try_again: counter_vec(
-                &r,
-                "dlm_cpg_try_again_total",
-                "Times corosync answered TRY_AGAIN to a lockspace's queued messages",
-                &["lockspace"],
-            ),
-            native_local: counter_vec(
-                &r,
-                "dlm_plock_local_total",
-                "Plock requests decided on this node without a CPG round trip (native mode)",
-                &["lockspace"],
-            ),
-            native_recalls: counter_vec(
-                &r,
-                "dlm_plock_recalls_total",
-                "Resources this node owned that another node's request made it give back",
-                &["lockspace"],
-            ),
-            native_batches: counter_vec(
-                &r,
-                "dlm_plock_native_messages_total",
-                "NATIVE messages (batches of plock entries) sent",
-                &["lockspace"],
-            ),
-            send_queue: gauge_vec(
-                &r,
-                "dlm_cpg_send_queue",
-                "Messages queued for a lockspace's group, not yet taken by corosync",
-                &["lockspace"],
-            ),
-            oldest_waiter: {
-                let g = prometheus::GaugeVec::new(
-                    Opts::new(
-                        "dlm_plock_oldest_waiter_seconds",
-                        "How long the longest-waiting blocked plock request has waited (0: none)",
-                    ),
-                    &["lockspace"],
-                )
-                .unwrap_or_else(|e| unreachable!("metric: {e}"));
-                let _ = r.register(Box::new(g.clone()));
-                g
-            },
-            owners_in_cycle: gauge_vec(
-                &r,
-                "dlm_plock_owners_in_cycle",
-                "Lock owners in a cycle of waiting owners now: a deadlock across nodes (dlm_tool plocks --waits shows it)",
-                &["lockspace"],
-            ),
-            plock_wait_seconds: histogram_vec(
-                &r,
-                "dlm_plock_wait_seconds",
-                "How long a blocking request (F_SETLKW) of this node waited, until granted or cancelled",
-                &["lockspace", "outcome"],
-            ),
-            fence_attempts: counter_vec(
-                &r,
-                "dlm_fence_agent_runs_total",
-                "Fence agents started by this node",
-                &["device"],
-            ),
-            fence_results: counter_vec(
-                &r,
-                "dlm_fence_agent_results_total",
-                "Fence agents that ended on this node, by outcome",
-                &["outcome"],
-            ),
-            fence_received: counter_vec(
-                &r,
-                "dlm_fence_results_received_total",
-                "FENCE_RESULT messages received from any node: fenced, acknowledged (fence_ack), failed",
-                &["outcome"],
-            ),
-            need_fencing: gauge(
-                &r,
-                "dlm_nodes_need_fencing",
-                "Daemon nodes that must be fenced before lockspaces that lost them restart",
-            ),
-            daemon_dropped: counter(
-                &r,
-                "dlm_daemon_messages_dropped_total",
-                "Daemon group messages dropped: malformed, a wrong sender or an unknown type",
-            ),
-            registry: r,
-        }
-    }
+fn float_gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    let _ = r.register(Box::new(g.clone()));
+    g
+}
 
+impl Metrics {
     /// The text exposition format.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
