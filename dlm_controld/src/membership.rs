@@ -417,11 +417,47 @@ impl Membership {
             return fx;
         }
         // add_change
+        let mut cg = self.new_change(env, members, left, joined);
+        self.change_removed(env, &mut cg, left, &mut fx);
+        self.change_joined(&mut cg, members, joined);
+        tracing::debug!(
+            cg = cg.seq,
+            member = cg.member_count,
+            joined = cg.joined_count,
+            remove = cg.remove_count,
+            failed = cg.failed_count,
+            "add_change cg {} counts member {} joined {} remove {} failed {}",
+            cg.seq,
+            cg.member_count,
+            cg.joined_count,
+            cg.remove_count,
+            cg.failed_count
+        );
+        let removed: Vec<u32> = cg.removed.iter().map(|m| m.nodeid).collect();
+        self.changes.push(cg);
+        // stop_kernel, then purge the plocks of every removed node, then apply
+        if !self.kernel_stopped {
+            fx.push(Effect::StopKernel);
+            self.kernel_stopped = true;
+        }
+        fx.extend(removed.into_iter().map(Effect::PurgePlocks));
+        self.apply_changes(env, &mut fx);
+        fx
+    }
+
+    /// `add_change`'s new change: the next sequence number, the members and the counts.
+    fn new_change(
+        &mut self,
+        env: &Env<'_>,
+        members: &[u32],
+        left: &[(u32, u32)],
+        joined: &[u32],
+    ) -> Change {
         self.change_seq = self.change_seq.wrapping_add(1);
         if self.change_seq == 0 {
             self.change_seq = 1;
         }
-        let mut cg = Change {
+        Change {
             seq: self.change_seq,
             member_count: i32::try_from(members.len()).unwrap_or(i32::MAX),
             joined_count: i32::try_from(joined.len()).unwrap_or(i32::MAX),
@@ -438,7 +474,18 @@ impl Membership {
             state: State::WaitConditions,
             create_time: env.now,
             combined_seq: 0,
-        };
+        }
+    }
+
+    /// `add_change` for the nodes that left: failed or not, their history, a kick for a
+    /// node whose daemon died (PROCDOWN).
+    fn change_removed(
+        &mut self,
+        env: &Env<'_>,
+        cg: &mut Change,
+        left: &[(u32, u32)],
+        fx: &mut Vec<Effect>,
+    ) {
         for &(nodeid, reason) in left {
             let failed = reason == NODEDOWN || reason == PROCDOWN;
             tracing::debug!(
@@ -477,6 +524,10 @@ impl Membership {
                 fx.push(Effect::KickNode(nodeid));
             }
         }
+    }
+
+    /// `add_change` for the nodes that joined (every member is new to us when we joined).
+    fn change_joined(&mut self, cg: &mut Change, members: &[u32], joined: &[u32]) {
         let mut we_joined = false;
         for &nodeid in joined {
             tracing::debug!(
@@ -499,29 +550,6 @@ impl Membership {
                 self.history_add(nodeid, cg.seq);
             }
         }
-        tracing::debug!(
-            cg = cg.seq,
-            member = cg.member_count,
-            joined = cg.joined_count,
-            remove = cg.remove_count,
-            failed = cg.failed_count,
-            "add_change cg {} counts member {} joined {} remove {} failed {}",
-            cg.seq,
-            cg.member_count,
-            cg.joined_count,
-            cg.remove_count,
-            cg.failed_count
-        );
-        let removed: Vec<u32> = cg.removed.iter().map(|m| m.nodeid).collect();
-        self.changes.push(cg);
-        // stop_kernel, then purge the plocks of every removed node, then apply
-        if !self.kernel_stopped {
-            fx.push(Effect::StopKernel);
-            self.kernel_stopped = true;
-        }
-        fx.extend(removed.into_iter().map(Effect::PurgePlocks));
-        self.apply_changes(env, &mut fx);
-        fx
     }
 
     fn history_add(&mut self, nodeid: u32, seq: u32) {
