@@ -899,114 +899,131 @@ impl Fencing {
 
     fn request_step(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
         let mut retry = false;
-        let ids: Vec<u32> = self.order.clone();
-        for nodeid in ids {
-            let running = self.running;
-            let delay_begin = self.fence_delay_begin;
-            let members = &self.members;
-            let Some(n) = self.nodes.get_mut(&nodeid) else {
-                continue;
-            };
-            if !n.need_fencing || n.pid_wait {
-                continue;
-            }
-            if n.result_wait {
-                out.push(Out::Log(
-                    false,
-                    format!("fence request {nodeid} result_wait"),
-                ));
-                continue;
-            }
-            if proto.is_clean_member(nodeid) {
-                out.push(Out::Log(
-                    false,
-                    format!("fence request {nodeid} skip for is_clean_daemon_member"),
-                ));
-                Self::rejoined(n, nodeid, env);
-                continue;
-            }
-            if !self.opts.concurrent && running.is_some() {
-                out.push(Out::Log(
-                    false,
-                    format!("fence request {nodeid} delay for other pid"),
-                ));
-                n.delay_fencing = true;
-                retry = true;
-                continue;
-            }
-            if env.now.saturating_sub(delay_begin) < self.opts.post_join_delay {
-                out.push(Out::Log(
-                    false,
-                    format!(
-                        "fence request {nodeid} delay {} from {delay_begin}",
-                        self.opts.post_join_delay
-                    ),
-                ));
-                n.delay_fencing = true;
-                retry = true;
-                continue;
-            }
-            n.delay_fencing = false;
-            // get_fence_actor: the lowest actor still a member (gone ones are dropped)
-            n.actors.retain(|a| members.contains(a));
-            let actor = n.actors.first().copied().unwrap_or(0);
-            n.actor_last = actor;
-            if actor == 0 {
-                out.push(Out::Log(true, format!("fence request {nodeid} no actor")));
-                continue;
-            }
-            if actor != self.our {
-                out.push(Out::Log(
-                    false,
-                    format!("fence request {nodeid} defer to {actor}"),
-                ));
-                continue;
-            }
-            if let Some(at) = n.failed_result_at.map(|t| t + AGENT_RETRY_SECS) {
-                if env.now < at {
-                    out.push(Out::Log(
-                        false,
-                        format!("fence request {nodeid} retry at {at} after a failed agent"),
-                    ));
-                    retry = true;
-                    continue;
-                }
-            }
-            let extra = format!("fail_time={}\n", n.fail_walltime);
-            let request = match n.methods.get(n.pos) {
-                None => Err(format!("fence request {nodeid} no config pos {}", n.pos)),
-                Some(m) => agent_args(m, nodeid, &extra)
-                    .map(|stdin| (m, stdin))
-                    .ok_or_else(|| format!("fence request {nodeid} config args error -1")),
-            };
-            let (m, stdin) = match request {
-                Ok(r) => r,
-                Err(why) => {
-                    // the agent cannot even start: its failure goes out at once
-                    out.push(Out::Log(true, why));
-                    n.result_wait = true;
-                    out.push(Out::SendResult {
-                        nodeid,
-                        result: -1,
-                        walltime: env.wall,
-                    });
-                    continue;
-                }
-            };
-            out.push(Out::Log(
-                false,
-                format!("fence request {nodeid} pos {}", n.pos),
-            ));
-            out.push(Out::RunAgent {
-                nodeid,
-                agent: m.agent.clone(),
-                stdin,
-                device: m.device.clone(),
-            });
-            n.pid_wait = true;
-            self.running = Some(nodeid);
+        for nodeid in self.order.clone() {
+            retry |= self.request_node(nodeid, env, proto, out);
         }
         retry
+    }
+
+    /// One node of `fence_victims`' pass: skipped, delayed, deferred to another actor, or
+    /// its agent started here. `true` when the node must be looked at again later.
+    fn request_node(
+        &mut self,
+        nodeid: u32,
+        env: FenceEnv,
+        proto: &DaemonProtocol,
+        out: &mut Vec<Out>,
+    ) -> bool {
+        let running = self.running;
+        let delay_begin = self.fence_delay_begin;
+        let members = &self.members;
+        let Some(n) = self.nodes.get_mut(&nodeid) else {
+            return false;
+        };
+        if !n.need_fencing || n.pid_wait {
+            return false;
+        }
+        if n.result_wait {
+            out.push(Out::Log(
+                false,
+                format!("fence request {nodeid} result_wait"),
+            ));
+            return false;
+        }
+        if proto.is_clean_member(nodeid) {
+            out.push(Out::Log(
+                false,
+                format!("fence request {nodeid} skip for is_clean_daemon_member"),
+            ));
+            Self::rejoined(n, nodeid, env);
+            return false;
+        }
+        if !self.opts.concurrent && running.is_some() {
+            out.push(Out::Log(
+                false,
+                format!("fence request {nodeid} delay for other pid"),
+            ));
+            n.delay_fencing = true;
+            return true;
+        }
+        if env.now.saturating_sub(delay_begin) < self.opts.post_join_delay {
+            out.push(Out::Log(
+                false,
+                format!(
+                    "fence request {nodeid} delay {} from {delay_begin}",
+                    self.opts.post_join_delay
+                ),
+            ));
+            n.delay_fencing = true;
+            return true;
+        }
+        n.delay_fencing = false;
+        // get_fence_actor: the lowest actor still a member (gone ones are dropped)
+        n.actors.retain(|a| members.contains(a));
+        let actor = n.actors.first().copied().unwrap_or(0);
+        n.actor_last = actor;
+        if actor == 0 {
+            out.push(Out::Log(true, format!("fence request {nodeid} no actor")));
+            return false;
+        }
+        if actor != self.our {
+            out.push(Out::Log(
+                false,
+                format!("fence request {nodeid} defer to {actor}"),
+            ));
+            return false;
+        }
+        if let Some(at) = n.failed_result_at.map(|t| t + AGENT_RETRY_SECS) {
+            if env.now < at {
+                out.push(Out::Log(
+                    false,
+                    format!("fence request {nodeid} retry at {at} after a failed agent"),
+                ));
+                return true;
+            }
+        }
+        if Self::start_agent(n, nodeid, env, out) {
+            self.running = Some(nodeid);
+        }
+        false
+    }
+
+    /// The agent of `n`'s current method started (`true`), or its failure sent at once when
+    /// it cannot even start (no such method, bad arguments).
+    fn start_agent(n: &mut FenceNode, nodeid: u32, env: FenceEnv, out: &mut Vec<Out>) -> bool {
+        let extra = format!("fail_time={}\n", n.fail_walltime);
+        let request = match n.methods.get(n.pos) {
+            None => Err(format!("fence request {nodeid} no config pos {}", n.pos)),
+            Some(m) => agent_args(m, nodeid, &extra)
+                .map(|stdin| (m, stdin))
+                .ok_or_else(|| format!("fence request {nodeid} config args error -1")),
+        };
+        let (m, stdin) = match request {
+            Ok(r) => r,
+            Err(why) => {
+                // the agent cannot even start: its failure goes out at once
+                out.push(Out::Log(true, why));
+                n.result_wait = true;
+                out.push(Out::SendResult {
+                    nodeid,
+                    result: -1,
+                    walltime: env.wall,
+                });
+                return false;
+            }
+        };
+        out.push(Out::Log(
+            false,
+            format!("fence request {nodeid} pos {}", n.pos),
+        ));
+        out.push(Out::RunAgent {
+            nodeid,
+            agent: m.agent.clone(),
+            stdin,
+            device: m.device.clone(),
+        });
+        n.pid_wait = true;
+        true
     }
 
     /// Outstanding agents whose node rejoined cleanly are cancelled; a running agent
