@@ -93,40 +93,37 @@ fn parse_log_format(v: Option<&str>) -> Result<bool, String> {
 const DEFAULT_METRICS_PORT: u16 = 9465;
 
 fn main() -> ExitCode {
+    match daemon_args() {
+        Ok(Some(args)) => match run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("dlm_controld: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Ok(None) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The daemon's arguments from its command line and dlm.conf (`None`: help or version
+/// printed, nothing to run).
+fn daemon_args() -> Result<Option<DaemonArgs>, String> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let own = match own_options(&mut args) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
+    let own = own_options(&mut args).map_err(|e| e.to_string())?;
+    let cli = match parse_args(&args).map_err(|e| e.to_string())? {
+        CliAction::Help => {
+            print_usage();
+            return Ok(None);
         }
-    };
-    let cli = match parse_args(&args) {
-        Ok(CliAction::Help) => {
-            print!("{}", Options::usage());
-            println!(
-                "  --kernel-root <dir>\n        root of the kernel interfaces (a fake kernel's directory in tests) [/]\n"
-            );
-            println!(
-                "  --cluster corosync|embedded\n        group communication: corosync, or a one-node embedded group [corosync]\n"
-            );
-            println!(
-                "  --metrics <address:port>|off\n        Prometheus endpoint (GET /metrics) [127.0.0.1:{DEFAULT_METRICS_PORT}]\n"
-            );
-            println!(
-                "  --log-format c|json\n        lines of the log file and stderr: C's text or JSON objects [c]\n"
-            );
-            return ExitCode::SUCCESS;
-        }
-        Ok(CliAction::Version) => {
+        CliAction::Version => {
             println!("dlm_controld {} (Rust)", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
+            return Ok(None);
         }
-        Ok(CliAction::Run(cli)) => cli,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
+        CliAction::Run(cli) => cli,
     };
     let kernel_root = own.root;
     let conf_path = if kernel_root.is_real() {
@@ -135,33 +132,19 @@ fn main() -> ExitCode {
         kernel_root.path("etc/dlm/dlm.conf")
     };
     let conf_text = std::fs::read_to_string(&conf_path).ok();
-    let config = match Config::load(&cli, conf_text.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    };
+    let config = Config::load(&cli, conf_text.as_deref()).map_err(|e| e.to_string())?;
     for w in &config.file.warnings {
         eprintln!("{} line {}: {}", conf_path.display(), w.line, w.why);
     }
-    let own_values = parse_metrics(own.metrics.as_deref().or(config.file.metrics.as_deref()))
-        .and_then(|m| {
-            parse_log_format(
-                own.log_format
-                    .as_deref()
-                    .or(config.file.log_format.as_deref()),
-            )
-            .map(|j| (m, j))
-        });
-    let (metrics, log_json) = match own_values {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    };
-    match run(DaemonArgs {
+    let metrics = parse_metrics(own.metrics.as_deref().or(config.file.metrics.as_deref()))
+        .map_err(|e| e.to_string())?;
+    let log_json = parse_log_format(
+        own.log_format
+            .as_deref()
+            .or(config.file.log_format.as_deref()),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Some(DaemonArgs {
         kernel_root,
         cluster: own.cluster,
         config,
@@ -169,11 +152,22 @@ fn main() -> ExitCode {
         conf_path: Some(conf_path),
         metrics,
         log_json,
-    }) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("dlm_controld: {e}");
-            ExitCode::from(1)
-        }
-    }
+    }))
+}
+
+/// `-h`: C's options, then ours.
+fn print_usage() {
+    print!("{}", Options::usage());
+    println!(
+        "  --kernel-root <dir>\n        root of the kernel interfaces (a fake kernel's directory in tests) [/]\n"
+    );
+    println!(
+        "  --cluster corosync|embedded\n        group communication: corosync, or a one-node embedded group [corosync]\n"
+    );
+    println!(
+        "  --metrics <address:port>|off\n        Prometheus endpoint (GET /metrics) [127.0.0.1:{DEFAULT_METRICS_PORT}]\n"
+    );
+    println!(
+        "  --log-format c|json\n        lines of the log file and stderr: C's text or JSON objects [c]\n"
+    );
 }
