@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dlm_proto::wire::{Body, FenceFlags, FenceResult, Message, MsgType, Version3};
 
+use crate::confchg::Confchg;
 use crate::daemon_proto::{self, DaemonProtocol, QuorumView};
 use crate::fencing::{FenceEnv, FenceOpts, Fencing, Out};
 use crate::membership::FenceView;
@@ -229,19 +230,13 @@ impl DaemonCore {
     }
 
     /// A configuration change of the daemon group (`confchg_cb_daemon`).
-    pub fn handle_confchg(
-        &mut self,
-        now: Now,
-        members: &[u32],
-        left: &[(u32, u32)],
-        joined: &[u32],
-    ) -> Vec<Action> {
+    pub fn handle_confchg(&mut self, now: Now, cc: &Confchg) -> Vec<Action> {
         let mut out = Vec::new();
-        let po = self.proto.handle_confchg(now.mono, members, left, joined);
+        let po = self.proto.handle_confchg(now.mono, cc);
         let failed = self.proto_out(po, &mut out);
-        let fo =
-            self.fencing
-                .handle_confchg(self.env(now), &self.proto, members, left, joined, &failed);
+        let fo = self
+            .fencing
+            .handle_confchg(self.env(now), &self.proto, cc, &failed);
         self.fence_out(fo, &mut out);
         out
     }
@@ -503,7 +498,11 @@ impl DaemonCore {
     }
 
     /// The protocol machine's outputs; returns the nodes it reported failed.
-    fn proto_out(&self, po: Vec<daemon_proto::Out>, out: &mut Vec<Action>) -> Vec<(u32, u32)> {
+    fn proto_out(
+        &self,
+        po: Vec<daemon_proto::Out>,
+        out: &mut Vec<Action>,
+    ) -> Vec<(u32, dlm_cpg::Reason)> {
         let mut failed = Vec::new();
         for o in po {
             match o {

@@ -11,7 +11,10 @@
 
 use std::collections::BTreeMap;
 
+use dlm_cpg::Reason;
 use dlm_proto::wire::{DAEMON_PROTOCOL, KERNEL_PROTOCOL, Protocol, ProtocolVersion, Version3};
+
+use crate::confchg::{Confchg, failed};
 
 /// What the daemon must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +27,8 @@ pub enum Out {
     Failed {
         /// Node.
         nodeid: u32,
-        /// CPG reason (3 NODEDOWN, 5 PROCDOWN).
-        reason: u32,
+        /// Why: [`Reason::NodeDown`] or [`Reason::ProcDown`].
+        reason: Reason,
     },
 }
 
@@ -79,9 +82,6 @@ pub struct DaemonProtocol {
     members: Vec<u32>,
     proposed: bool,
 }
-
-const NODEDOWN: u32 = 3;
-const PROCDOWN: u32 = 5;
 
 impl DaemonProtocol {
     /// Our maxima are 3.1.1 / 1.1.1, nothing negotiated yet.
@@ -156,24 +156,18 @@ impl DaemonProtocol {
         self.ours.daemon_run.flags |= ProtocolVersion::STATEFUL;
     }
 
-    /// `confchg_cb_daemon` (protocol part). `left` carries (nodeid, CPG reason).
-    pub fn handle_confchg(
-        &mut self,
-        now: u64,
-        members: &[u32],
-        left: &[(u32, u32)],
-        joined: &[u32],
-    ) -> Vec<Out> {
+    /// `confchg_cb_daemon` (protocol part).
+    pub fn handle_confchg(&mut self, now: u64, cc: &Confchg) -> Vec<Out> {
         let mut out = Vec::new();
-        self.members = members.to_vec();
-        for &m in members {
+        self.members.clone_from(&cc.members);
+        for &m in &cc.members {
             self.nodes.entry(m).or_default();
         }
-        if !joined.is_empty() {
+        if !cc.joined.is_empty() {
             out.push(Out::SendProtocol(self.ours));
         }
         for (&nodeid, node) in &mut self.nodes {
-            let is_member = members.contains(&nodeid);
+            let is_member = cc.members.contains(&nodeid);
             if is_member && !node.member {
                 node.member = true;
                 node.add_time = now;
@@ -183,9 +177,11 @@ impl DaemonProtocol {
                 node.killed = false;
                 node.stateful_merge = false;
                 let had_joined = node.proto.take().is_some();
-                let reason = left.iter().find(|(n, _)| *n == nodeid).map_or(0, |l| l.1);
-                if had_joined && (reason == NODEDOWN || reason == PROCDOWN) {
-                    out.push(Out::Failed { nodeid, reason });
+                match cc.left_reason(nodeid) {
+                    Some(reason) if had_joined && failed(reason) => {
+                        out.push(Out::Failed { nodeid, reason });
+                    }
+                    _ => {}
                 }
             }
         }

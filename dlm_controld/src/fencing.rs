@@ -13,29 +13,34 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use dlm_cpg::Reason;
 use dlm_proto::wire::FenceFlags;
 
+use crate::confchg::Confchg;
 use crate::config::{ConfFile, FenceMethod};
 use crate::daemon_proto::DaemonProtocol;
 
-/// CPG reasons, and C's `REASON_STARTUP_FENCING`.
-pub mod reason {
-    /// Startup fencing (not a CPG reason).
-    pub const STARTUP: i32 = -1;
-    /// `CPG_REASON_LEAVE`.
-    pub const LEAVE: i32 = 2;
-    /// `CPG_REASON_NODEDOWN`.
-    pub const NODEDOWN: i32 = 3;
-    /// `CPG_REASON_PROCDOWN`.
-    pub const PROCDOWN: i32 = 5;
+/// Why a node is to be fenced: it left the daemon group (a CPG reason), or C's
+/// `REASON_STARTUP_FENCING`; unknown until it has done either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LeftReason {
+    /// Not known (the node never left while we watched).
+    #[default]
+    Unknown,
+    /// It left the daemon group for this reason.
+    Cpg(Reason),
+    /// Startup fencing: it was not a member when the cluster formed.
+    Startup,
 }
 
-/// `reason_str`: a CPG reason's word, or startup fencing's.
-pub fn reason_str(r: i32) -> &'static str {
-    match u32::try_from(r) {
-        _ if r == reason::STARTUP => "startup",
-        Ok(raw) => dlm_cpg::Reason::from_raw(raw).name(),
-        Err(_) => "unknown",
+impl LeftReason {
+    /// `reason_str`: the word C's log lines and `dlm_tool status` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Cpg(r) => r.name(),
+            Self::Startup => "startup",
+        }
     }
 }
 
@@ -152,8 +157,8 @@ pub struct FenceNode {
     pub need_fencing: bool,
     /// Waiting for `post_join_delay` or another agent.
     pub delay_fencing: bool,
-    /// Why it left (a CPG reason, or [`reason::STARTUP`]); 0 unknown.
-    pub left_reason: i32,
+    /// Why it left (a CPG reason), or startup fencing.
+    pub left_reason: LeftReason,
     /// When it failed: monotonic and wall seconds.
     pub fail_monotime: u64,
     /// Wall-clock seconds of the failure.
@@ -392,7 +397,7 @@ impl Fencing {
         })
     }
 
-    fn reset_for_fencing(n: &mut FenceNode, why: i32, mono: u64, wall: u64) {
+    fn reset_for_fencing(n: &mut FenceNode, why: LeftReason, mono: u64, wall: u64) {
         n.need_fencing = true;
         n.delay_fencing = false;
         n.fence_monotime = 0;
@@ -457,26 +462,23 @@ impl Fencing {
     /// `confchg_cb_daemon` (fence part), after [`DaemonProtocol::handle_confchg`];
     /// `failed` are the nodes it reported failed (they had joined cleanly) with their
     /// reason. Runs the fence work.
-    #[allow(clippy::too_many_arguments)] // the confchg as corosync gives it, and the world
     pub fn handle_confchg(
         &mut self,
         env: FenceEnv,
         proto: &DaemonProtocol,
-        members: &[u32],
-        left: &[(u32, u32)],
-        joined: &[u32],
-        failed: &[(u32, u32)],
+        cc: &Confchg,
+        failed: &[(u32, Reason)],
     ) -> Vec<Out> {
         let mut out = Vec::new();
-        let we_joined = joined.contains(&self.our);
-        let before = std::mem::replace(&mut self.members, members.to_vec());
-        for &m in members {
+        let we_joined = cc.joined.contains(&self.our);
+        let before = std::mem::replace(&mut self.members, cc.members.clone());
+        for &m in &cc.members {
             self.add_node(m);
         }
-        if left.iter().any(|&(_, r)| r == 3) {
+        if cc.left.iter().any(|&(_, r)| r == Reason::NodeDown) {
             self.ringid_wait = true;
         }
-        for &m in members {
+        for &m in &cc.members {
             if before.contains(&m) {
                 continue;
             }
@@ -504,14 +506,14 @@ impl Fencing {
                 ));
                 continue;
             }
-            let why = i32::try_from(why).unwrap_or(0);
+            let why = LeftReason::Cpg(why);
             Self::reset_for_fencing(n, why, env.now, env.wall);
-            let low = self.set_actors(nodeid, joined, false);
+            let low = self.set_actors(nodeid, &cc.joined, false);
             out.push(Out::Log(
                 false,
                 format!(
                     "daemon remove {nodeid} {} need_fencing 1 low {low}",
-                    reason_str(why)
+                    why.name()
                 ),
             ));
         }
@@ -541,7 +543,7 @@ impl Fencing {
             true,
             format!(
                 "fence request {nodeid} pid {pid} {} time {} {device} {agent}",
-                reason_str(n.left_reason),
+                n.left_reason.name(),
                 n.fail_walltime
             ),
         )]
@@ -877,7 +879,7 @@ impl Fencing {
                 ));
                 continue;
             }
-            Self::reset_for_fencing(n, reason::STARTUP, mono, wall);
+            Self::reset_for_fencing(n, LeftReason::Startup, mono, wall);
             let low = self.set_actors(nodeid, &[], true);
             out.push(Out::Log(
                 false,
@@ -1150,7 +1152,8 @@ impl Fencing {
 
 #[cfg(test)]
 mod tests {
-    use super::{FenceOpts, reason, reason_str};
+    use super::{FenceOpts, LeftReason};
+    use dlm_cpg::Reason;
 
     #[test]
     fn options_map_to_fence_opts() {
@@ -1181,10 +1184,15 @@ mod tests {
 
     #[test]
     fn reason_words_are_cs() {
-        let words: Vec<&str> = [reason::STARTUP, 1, reason::LEAVE, reason::NODEDOWN, 4]
+        let words: Vec<&str> = [LeftReason::Startup]
             .into_iter()
-            .chain([reason::PROCDOWN, 9, -7])
-            .map(reason_str)
+            .chain(
+                (1..=5)
+                    .chain([9])
+                    .map(|r| LeftReason::Cpg(Reason::from_raw(r))),
+            )
+            .chain([LeftReason::Unknown])
+            .map(LeftReason::name)
             .collect();
         assert_eq!(
             words,

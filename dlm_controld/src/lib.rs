@@ -3,6 +3,7 @@
 //! shell that runs them (docs/ARCHITECTURE.md).
 
 pub mod clock;
+pub mod confchg;
 pub mod config;
 pub mod daemon;
 pub mod daemon_core;

@@ -403,22 +403,14 @@ impl LsCore {
                 left,
                 joined,
             } => {
-                let ids = |l: &[dlm_cpg::Member]| l.iter().map(|m| m.nodeid).collect::<Vec<_>>();
+                let cc = crate::confchg::Confchg::of(&members, &left, &joined);
                 crate::log::log_config(
                     &format!("dlm:ls:{}", self.name.to_str_lossy()),
-                    &ids(&members),
-                    &ids(&joined),
-                    &ids(&left),
+                    &cc.members,
+                    &cc.joined,
+                    &cc.gone(),
                 );
-                self.mem.handle_confchg(
-                    &env,
-                    &ids(&members),
-                    &left
-                        .iter()
-                        .map(|m| (m.nodeid, m.reason.to_raw()))
-                        .collect::<Vec<_>>(),
-                    &ids(&joined),
-                )
+                self.mem.handle_confchg(&env, &cc)
             }
             Event::Deliver {
                 nodeid, payload, ..

@@ -14,9 +14,11 @@
 
 use std::collections::BTreeMap;
 
+use dlm_cpg::Reason;
 use dlm_proto::query::WaitCondition;
 use dlm_proto::wire::{Change as StartBody, HeaderFlags};
 
+use crate::confchg::Confchg;
 use crate::log::PLOCK_DEBUG_TARGET;
 
 /// What the daemon must do, in order.
@@ -223,9 +225,6 @@ pub struct Membership {
     wait: WaitCondition,
 }
 
-const NODEDOWN: u32 = 3;
-const PROCDOWN: u32 = 5;
-
 impl Membership {
     /// A lockspace we are joining (`dlm_join_lockspace`): kernel stopped, joining.
     pub fn joining(our_nodeid: u32) -> Self {
@@ -396,15 +395,9 @@ impl Membership {
         self.need_plocks = false;
     }
 
-    /// `confchg_cb`: a membership change of the lockspace group. `members`, `left` and
-    /// `joined` are (nodeid, CPG reason) in CPG order.
-    pub fn handle_confchg(
-        &mut self,
-        env: &Env<'_>,
-        members: &[u32],
-        left: &[(u32, u32)],
-        joined: &[u32],
-    ) -> Vec<Effect> {
+    /// `confchg_cb`: a membership change of the lockspace group.
+    pub fn handle_confchg(&mut self, env: &Env<'_>, cc: &Confchg) -> Vec<Effect> {
+        let (members, left, joined) = (&cc.members[..], &cc.left[..], &cc.joined[..]);
         let mut fx = Vec::new();
         if self.leaving && left.iter().any(|(n, _)| *n == self.our) {
             // our own leave: the final callback
@@ -450,7 +443,7 @@ impl Membership {
         &mut self,
         env: &Env<'_>,
         members: &[u32],
-        left: &[(u32, u32)],
+        left: &[(u32, Reason)],
         joined: &[u32],
     ) -> Change {
         self.change_seq = self.change_seq.wrapping_add(1);
@@ -483,23 +476,23 @@ impl Membership {
         &mut self,
         env: &Env<'_>,
         cg: &mut Change,
-        left: &[(u32, u32)],
+        left: &[(u32, Reason)],
         fx: &mut Vec<Effect>,
     ) {
         for &(nodeid, reason) in left {
-            let failed = reason == NODEDOWN || reason == PROCDOWN;
+            let failed = crate::confchg::failed(reason);
             tracing::debug!(
                 cg = cg.seq,
                 nodeid,
-                reason,
+                reason = reason.to_raw(),
                 "add_change cg {} remove nodeid {nodeid} reason {}",
                 cg.seq,
-                reason_str(reason)
+                reason.name()
             );
             if failed {
                 cg.failed_count += 1;
             }
-            if reason == NODEDOWN {
+            if reason == Reason::NodeDown {
                 self.ring_wait = true;
             }
             cg.removed.push(Memb {
@@ -515,12 +508,12 @@ impl Membership {
                         h.need_fencing = true;
                     }
                     h.fail_monotime = env.now;
-                    h.fail_reason = reason;
+                    h.fail_reason = reason.to_raw();
                 } else {
                     h.start_time = 0;
                 }
             }
-            if reason == PROCDOWN {
+            if reason == Reason::ProcDown {
                 fx.push(Effect::KickNode(nodeid));
             }
         }
@@ -933,9 +926,4 @@ impl Membership {
         self.changes.clear();
         self.started = Some(start);
     }
-}
-
-/// `reason_str`: corosync's CPG reason as C's log lines name it.
-fn reason_str(reason: u32) -> &'static str {
-    dlm_cpg::Reason::from_raw(reason).name()
 }

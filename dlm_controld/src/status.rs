@@ -5,7 +5,7 @@
 use dlm_proto::query::{StateRecord, StateType};
 
 use crate::daemon_proto::{DaemonNode, DaemonProtocol};
-use crate::fencing::{FenceNode, Fencing, reason_str};
+use crate::fencing::{FenceNode, Fencing};
 
 /// One daemon node: its protocol part and its fence part.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -123,7 +123,7 @@ pub fn node_text(n: &NodeStatus) -> String {
          fence_monotime={} ",
         u8::from(d.member),
         u8::from(d.killed),
-        reason_str(f.left_reason),
+        f.left_reason.name(),
         u8::from(f.need_fencing),
         u8::from(f.delay_fencing),
         f.fence_pid,
@@ -163,7 +163,7 @@ mod tests {
             },
             fence: FenceNode {
                 need_fencing: true,
-                left_reason: 3,
+                left_reason: crate::fencing::LeftReason::Cpg(dlm_cpg::Reason::NodeDown),
                 fail_monotime: 446,
                 fail_walltime: 1_795_993_876,
                 actor_last: 1,

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use dlm_controld::confchg::Confchg;
 use dlm_controld::daemon_proto::{DaemonProtocol, Out, ProtoError, QuorumView};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
 use dlm_proto::wire::{Body, DAEMON_GROUP_NAME, Message, Version3};
@@ -44,15 +45,9 @@ fn settle(bus: &SimBus, nodes: &mut BTreeMap<u32, Node>, now: u64, q: QuorumView
                         members,
                         left,
                         joined,
-                    } => n.proto.handle_confchg(
-                        now,
-                        &members.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-                        &left
-                            .iter()
-                            .map(|m| (m.nodeid, m.reason.to_raw()))
-                            .collect::<Vec<_>>(),
-                        &joined.iter().map(|m| m.nodeid).collect::<Vec<_>>(),
-                    ),
+                    } => n
+                        .proto
+                        .handle_confchg(now, &Confchg::of(&members, &left, &joined)),
                     Event::Deliver {
                         nodeid, payload, ..
                     } => {
@@ -156,7 +151,7 @@ fn mixed_maxima_negotiate_down_and_another_major_is_refused() {
 
     // a 4.x announcement with a run protocol of 4.0.0: adopting it is refused
     let mut m = DaemonProtocol::new(9);
-    let _ = m.handle_confchg(1, &[8, 9], &[], &[9]);
+    let _ = m.handle_confchg(1, &Confchg::new(&[8, 9], &[], &[9]));
     let mut foreign = m.ours();
     foreign.daemon_max.version = Version3([4, 0, 0]);
     foreign.daemon_run.version = Version3([4, 0, 0]);

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use dlm_controld::confchg::Confchg;
 use dlm_controld::config::{ConfFile, parse_conf};
 use dlm_controld::daemon_core::{Action, DaemonCore, Now, Start};
 use dlm_controld::daemon_proto::QuorumView;
@@ -190,11 +191,8 @@ impl Cluster {
                 left,
                 joined,
             } => {
-                let members: Vec<u32> = members.iter().map(|m| m.nodeid).collect();
-                let left: Vec<(u32, u32)> =
-                    left.iter().map(|m| (m.nodeid, m.reason.to_raw())).collect();
-                let joined: Vec<u32> = joined.iter().map(|m| m.nodeid).collect();
-                n.with(|c| c.handle_confchg(now, &members, &left, &joined))
+                let cc = Confchg::of(&members, &left, &joined);
+                n.with(|c| c.handle_confchg(now, &cc))
             }
             Event::Totem { ring, .. } => n.with(|c| c.handle_totem(now, ring.seq)),
             Event::Deliver {
@@ -555,7 +553,7 @@ fn a_node_that_never_joins_is_startup_fenced() {
         c.node(2)
             .fence()
             .nodes()
-            .any(|(i, n)| i == 3 && n.left_reason == -1)
+            .any(|(i, n)| i == 3 && n.left_reason == dlm_controld::fencing::LeftReason::Startup)
     );
     c.agent_exits(1, 3, 0);
     for id in [1, 2] {

@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
+use dlm_controld::confchg::Confchg;
 use dlm_controld::membership::{Effect, Env, FenceView, Membership};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
 use dlm_proto::query::WaitCondition;
@@ -142,11 +143,8 @@ impl World {
                             left,
                             joined,
                         } => {
-                            let m: Vec<u32> = members.iter().map(|m| m.nodeid).collect();
-                            let l: Vec<(u32, u32)> =
-                                left.iter().map(|m| (m.nodeid, m.reason.to_raw())).collect();
-                            let j: Vec<u32> = joined.iter().map(|m| m.nodeid).collect();
-                            node.mem.handle_confchg(&env, &m, &l, &j)
+                            let cc = Confchg::of(&members, &left, &joined);
+                            node.mem.handle_confchg(&env, &cc)
                         }
                         Event::Deliver {
                             nodeid, payload, ..
@@ -366,7 +364,8 @@ fn first_start_of_a_lone_join_is_cs() {
     };
     let mut m = Membership::joining(1);
     assert!(
-        m.handle_confchg(&env, &[1], &[], &[1]).is_empty(),
+        m.handle_confchg(&env, &Confchg::new(&[1], &[], &[1]))
+            .is_empty(),
         "waits for the ring id"
     );
     assert_eq!(m.wait_condition(), WaitCondition::Ringid);

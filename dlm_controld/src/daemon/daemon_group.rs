@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 use super::agent::{self, AgentExit, RunExit};
 use super::cluster::{CorosyncServices, LsGroup};
 use super::query::SharedStatus;
+use crate::confchg::Confchg;
 pub(crate) use crate::daemon_core::FenceFacts;
 use crate::daemon_core::{Action, DaemonCore, Now};
 
@@ -120,13 +121,9 @@ impl DaemonGroup {
                     st.joined_count = joined.len();
                     st.remove_count = left.len();
                 }
-                let members: Vec<u32> = members.iter().map(|m| m.nodeid).collect();
-                let left: Vec<(u32, u32)> =
-                    left.iter().map(|m| (m.nodeid, m.reason.to_raw())).collect();
-                let joined: Vec<u32> = joined.iter().map(|m| m.nodeid).collect();
-                let gone: Vec<u32> = left.iter().map(|l| l.0).collect();
-                crate::log::log_config("dlm:controld", &members, &joined, &gone);
-                self.core.handle_confchg(now(), &members, &left, &joined)
+                let cc = Confchg::of(&members, &left, &joined);
+                crate::log::log_config("dlm:controld", &cc.members, &cc.joined, &cc.gone());
+                self.core.handle_confchg(now(), &cc)
             }
             Event::Deliver {
                 nodeid, payload, ..
