@@ -435,7 +435,7 @@ mod tests {
     }
 
     fn v() -> Version3 {
-        Version3([3, 1, 1])
+        dlm_proto::wire::DAEMON_PROTOCOL
     }
 
     #[test]

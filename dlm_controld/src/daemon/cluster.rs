@@ -1,5 +1,5 @@
 //! The cluster under the daemon: corosync (CPG groups, quorum, cfg, cmap) or the embedded
-//! one-node group. Everything else in the daemon sees only [`LsGroup`] and [`QuorumState`].
+//! one-node group. Everything else in the daemon sees only [`ClusterGroup`] and [`QuorumState`].
 
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ pub(crate) struct QuorumState {
     pub(crate) ring_seq: u64,
 }
 
-/// How far a [`LsGroup::flush_some`] got.
+/// How far a [`ClusterGroup::flush_some`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flush {
     /// Nothing left queued.
@@ -31,14 +31,14 @@ pub(crate) enum Flush {
     PushedBack,
 }
 
-/// A process group of either kind.
+/// A process group of either kind: a lockspace's or the daemon group.
 #[derive(Debug)]
-pub(crate) enum LsGroup {
+pub(crate) enum ClusterGroup {
     Embedded(EmbeddedGroup),
     Corosync(AsyncCorosyncGroup),
 }
 
-impl LsGroup {
+impl ClusterGroup {
     /// Joins `name` (bytes with the NUL counted) as node `our`, asking for the initial
     /// totem ring. Retries corosync's TRY_AGAIN every 100 ms (C: every second, blocking).
     pub(crate) async fn join(embedded: bool, our: u32, name: &[u8]) -> Result<Self, CpgError> {

@@ -10,7 +10,7 @@ use dlm_cpg::Event;
 use tokio::sync::{mpsc, watch};
 
 use super::agent::{self, AgentExit, RunExit};
-use super::cluster::{CorosyncServices, LsGroup};
+use super::cluster::{ClusterGroup, CorosyncServices};
 use super::query::SharedStatus;
 use crate::confchg::Confchg;
 pub(crate) use crate::daemon_core::FenceFacts;
@@ -18,7 +18,7 @@ use crate::daemon_core::{Action, DaemonCore, Now};
 
 /// The daemon group's shell.
 pub(crate) struct DaemonGroup {
-    pub(crate) group: LsGroup,
+    pub(crate) group: ClusterGroup,
     core: DaemonCore,
     status: SharedStatus,
     facts: watch::Sender<FenceFacts>,
@@ -44,7 +44,7 @@ fn now() -> Now {
 
 impl DaemonGroup {
     pub(crate) fn new(
-        group: LsGroup,
+        group: ClusterGroup,
         core: DaemonCore,
         status: SharedStatus,
         facts: watch::Sender<FenceFacts>,

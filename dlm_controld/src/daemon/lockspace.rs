@@ -8,7 +8,7 @@ use dlm_proto::kernel::PlockInfo;
 use dlm_proto::wire::lockspace_group_name;
 use tokio::sync::mpsc;
 
-use super::cluster::{Flush, LsGroup};
+use super::cluster::{ClusterGroup, Flush};
 use super::{LsContext, startup};
 use crate::clock::monotonic_secs;
 use crate::config::LockspaceConf;
@@ -190,7 +190,7 @@ struct Shell {
     /// Local requests not yet answered, with the time each was read.
     pending: super::outstanding::Outstanding,
     conf: LockspaceConf,
-    group: LsGroup,
+    group: ClusterGroup,
     ctx: LsContext,
     /// Dropped messages are logged at most once a second.
     drop_log: super::admission::LogEvery,
@@ -576,7 +576,7 @@ struct LeaveRetry {
 impl LeaveRetry {
     const PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
-    fn attempt(&mut self, group: &mut LsGroup) {
+    fn attempt(&mut self, group: &mut ClusterGroup) {
         match group.leave() {
             Err(dlm_cpg::CpgError::TryAgain) => {
                 if !self.pending || self.log.allow(std::time::Instant::now()).is_some() {
@@ -641,7 +641,7 @@ impl Shell {
     async fn start(name: LockspaceName, conf: LockspaceConf, ctx: LsContext) -> Option<Self> {
         let text = name.to_str_lossy().into_owned();
         let (buf, len) = lockspace_group_name(&name);
-        let group = match LsGroup::join(ctx.embedded, ctx.our, &buf[..len]).await {
+        let group = match ClusterGroup::join(ctx.embedded, ctx.our, &buf[..len]).await {
             Ok(g) => g,
             Err(e) => {
                 // cpg_join failed: the kernel's join fails with event_done = -1

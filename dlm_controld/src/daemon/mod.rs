@@ -24,7 +24,7 @@ use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster::{CorosyncServices, LsGroup, QuorumState};
+use cluster::{ClusterGroup, CorosyncServices, QuorumState};
 use dlm_cpg::CpgError;
 use dlm_proto::wire::DAEMON_GROUP_NAME;
 use tokio::sync::{mpsc, watch};
@@ -413,7 +413,7 @@ async fn join_daemon_group(
     let (facts_tx, facts) = watch::channel(core.facts());
     let (agents, exits) = mpsc::unbounded_channel();
     let (runs, run_exits) = mpsc::unbounded_channel();
-    let group = LsGroup::join(embedded, our, DAEMON_GROUP_NAME)
+    let group = ClusterGroup::join(embedded, our, DAEMON_GROUP_NAME)
         .await
         .map_err(DaemonError::Cluster)?;
     let dg = DaemonGroup::new(
