@@ -7,32 +7,12 @@
 #![allow(clippy::cast_possible_truncation)]
 
 use dlm_cpg::{Event, Group, Reason, SimBus, SimGroup};
+use dlm_testkit::{Rng, seeds};
 
 /// Per-node logs, the bus trace, and which nodes are still alive.
 type Outcome = (Vec<Vec<Event>>, Vec<(Vec<u8>, u32, Vec<u8>)>, Vec<bool>);
 
 const NAME: &[u8] = b"dlm:ls:sim\0";
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("DLM_SIM_SEED") {
-        return vec![s.parse().expect("DLM_SIM_SEED is a number")];
-    }
-    let runs = std::env::var("DLM_SIM_RUNS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(300);
-    (1..=runs).collect()
-}
 
 /// Events without totem changes (which carry ring numbers, not group order).
 fn log(g: &mut SimGroup, into: &mut Vec<Event>) {
@@ -46,7 +26,7 @@ fn log(g: &mut SimGroup, into: &mut Vec<Event>) {
 /// Runs one random scenario; returns every node's log and the bus trace.
 fn scenario(seed: u64, partitions: bool) -> Outcome {
     let bus = SimBus::new(seed);
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let n = 3 + rng.next(3) as usize;
     let mut groups: Vec<SimGroup> = (1..=n as u32)
         .map(|id| bus.join(id, NAME).expect("join"))
@@ -105,7 +85,7 @@ fn scenario(seed: u64, partitions: bool) -> Outcome {
 
 #[test]
 fn virtual_synchrony_under_crashes() {
-    for seed in seeds() {
+    for seed in seeds(300) {
         let (logs, trace, alive) = scenario(seed, false);
         let survivors: Vec<usize> = (0..logs.len()).filter(|&i| alive[i]).collect();
         let reference = &logs[survivors[0]];
@@ -174,7 +154,7 @@ fn virtual_synchrony_under_crashes() {
 
 #[test]
 fn partitions_are_seen_from_both_sides_and_merge_as_nodeup() {
-    for seed in seeds().into_iter().take(100) {
+    for seed in seeds(300).into_iter().take(100) {
         let (logs, _, _) = scenario(seed, true);
         let downs = |l: &Vec<Event>| {
             l.iter()

@@ -25,6 +25,7 @@ use dlm_controld::membership::FenceView;
 use dlm_cpg::{Group, SimBus, SimGroup};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_testkit::{Rng, seeds};
 
 const NAME: &[u8] = b"dlm:ls:sim\0";
 const INODES: u64 = 3;
@@ -49,16 +50,6 @@ impl FenceView for SimFence {
     }
     fn cluster_add_time(&self, _: u32) -> u64 {
         0
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 
@@ -765,7 +756,7 @@ fn check_table(node: &Node, seed: u64) {
 }
 
 fn run(seed: u64) -> (NativeStats, u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let n = 3 + u32::try_from(rng.next(3)).expect("small");
     let mut sim = Sim {
         bus: SimBus::new(seed),
@@ -870,7 +861,7 @@ fn run(seed: u64) -> (NativeStats, u64) {
 /// table, the node sending it (case 1) or another member (case 2) crashes part-way; in the
 /// end every live replica has the same table and nothing of a live owner is lost.
 fn transfer_failure(seed: u64) {
-    let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+    let mut rng = Rng::from_state(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
     let mut sim = Sim {
         bus: SimBus::new(seed),
         nodes: BTreeMap::new(),
@@ -938,20 +929,9 @@ fn transfer_survives_a_crash_mid_transfer() {
     }
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("DLM_SIM_SEED") {
-        return vec![s.parse().expect("DLM_SIM_SEED is a number")];
-    }
-    let runs = std::env::var("DLM_SIM_RUNS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(1000);
-    (1..=runs).collect()
-}
-
 #[test]
 fn clusters_never_grant_twice_nor_lose_a_lock() {
-    let list = seeds();
+    let list = seeds(1000);
     let mut total = NativeStats::default();
     let mut deadlocks = 0;
     for &seed in &list {

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dlm_proto::kernel::{PlockInfo, PlockOp};
+use dlm_testkit::Rng;
 use dlm_tests::foo_request;
 use dlm_tests::{
     Daemon, FakeKernel, configfs_members, start_daemon_on_corosync, stdout_in_ns, writes,
@@ -28,18 +29,6 @@ const T: Duration = Duration::from_secs(30);
 const INODES: u64 = 4;
 /// Locks node 2 holds besides the storm.
 const BIG: u64 = 100_000;
-
-/// A small deterministic generator (xorshift), seeded per node.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 fn request(rng: &mut Rng, node: u64) -> PlockInfo {
     let owner = node * 100 + rng.next(4);
@@ -59,7 +48,7 @@ fn request(rng: &mut Rng, node: u64) -> PlockInfo {
 /// Runs requests on `k` in windows of 8 until `stop` or `limit`, returning (sent,
 /// answered). Every reply must echo its request, in request order.
 fn storm(k: &FakeKernel, node: u64, stop: &AtomicBool, limit: usize) -> (usize, usize) {
-    let mut rng = Rng(0x9E37_79B9 ^ node);
+    let mut rng = Rng::from_state(0x9E37_79B9 ^ node);
     let (mut sent, mut answered) = (0, 0);
     while !stop.load(Ordering::Relaxed) && sent < limit {
         // a window of 8 requests in flight, answered in request order (kernel >= 6.5)

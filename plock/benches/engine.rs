@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use dlm_plock::Lockspace;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_testkit::Rng;
 use model::Model;
 
 struct Counting;
@@ -79,17 +80,6 @@ fn req(
         start,
         end,
         owner,
-    }
-}
-
-/// xorshift: deterministic operation choice
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 
@@ -254,7 +244,7 @@ fn fill_resources(n: u64) -> (Lockspace, Model) {
 fn main() {
     let quick = std::env::var("DLM_BENCH_QUICK").is_ok_and(|v| v == "1");
     let scale = |n: u64| if quick { n.min(2_000) } else { n };
-    let mut rng = Rng(0x1234_5678);
+    let mut rng = Rng::from_state(0x1234_5678);
     println!("| case | engine | list model (C) | speed-up |");
     println!("|---|---|---|---|");
 
