@@ -471,15 +471,12 @@ impl DaemonCore {
     }
 
     /// `dlm_tool run_check`: (rv, status).
-    pub fn run_check(&mut self, uuid: &str, flags: u32) -> ((i32, u32), Vec<Action>) {
+    pub fn run_check(&mut self, uuid: &str, flags: u32) -> (i32, u32) {
         if !self.helper {
             tracing::debug!("ignore check_run helper not enabled");
-            return ((-1, 0), Vec::new());
+            return (-1, 0);
         }
-        let (st, o) = self.runs.check(uuid, flags);
-        let mut out = Vec::new();
-        run_out(o, &mut out);
-        (st.map_or((-1, 0), |s| (0, s)), out)
+        self.runs.check(uuid, flags).map_or((-1, 0), |s| (0, s))
     }
 
     /// A command of a run ended here.
@@ -548,8 +545,6 @@ impl DaemonCore {
                     self.proto.mark_killed(n);
                     out.push(Action::Kick(n));
                 }
-                Out::Log(true, line) => tracing::error!("{line}"),
-                Out::Log(false, line) => tracing::debug!("{line}"),
             }
         }
     }
@@ -570,8 +565,6 @@ fn run_out(ro: Vec<run::Out>, out: &mut Vec<Action>) {
         match o {
             run::Out::Send(b) => out.push(Action::Send(b)),
             run::Out::Exec { uuid, command } => out.push(Action::Exec { uuid, command }),
-            run::Out::Log(true, l) => tracing::error!("{l}"),
-            run::Out::Log(false, l) => tracing::debug!("{l}"),
         }
     }
 }

@@ -146,8 +146,6 @@ pub enum Out {
     /// Ask corosync to remove a stateful-merge member, and mark it killed
     /// ([`DaemonProtocol::mark_killed`]) so it is asked once.
     KickMerged(u32),
-    /// A log line: (error level, text).
-    Log(bool, String),
 }
 
 /// The fence state of one daemon node (`struct node_daemon`, fence part).
@@ -489,9 +487,9 @@ impl Fencing {
                 n.need_fence_clear = FenceFlags::CLEAR_STARTUP | FenceFlags::CLEAR_FIPU;
             }
             if n.need_fencing {
-                out.push(Out::Log(true, format!("daemon joined {m} needs fencing")));
+                tracing::error!("daemon joined {m} needs fencing");
             } else {
-                out.push(Out::Log(false, format!("daemon joined {m}")));
+                tracing::debug!("daemon joined {m}");
             }
         }
         for &(nodeid, why) in failed {
@@ -500,22 +498,16 @@ impl Fencing {
             }
             let n = self.add_node(nodeid);
             if n.need_fencing {
-                out.push(Out::Log(
-                    true,
-                    format!("daemon remove {nodeid} already needs fencing"),
-                ));
+                tracing::error!("daemon remove {nodeid} already needs fencing");
                 continue;
             }
             let why = LeftReason::Cpg(why);
             Self::reset_for_fencing(n, why, env.now, env.wall);
             let low = self.set_actors(nodeid, &cc.joined, false);
-            out.push(Out::Log(
-                false,
-                format!(
-                    "daemon remove {nodeid} {} need_fencing 1 low {low}",
-                    why.name()
-                ),
-            ));
+            tracing::debug!(
+                "daemon remove {nodeid} {} need_fencing 1 low {low}",
+                why.name()
+            );
         }
         out.extend(self.work(env, proto));
         out
@@ -539,14 +531,12 @@ impl Fencing {
             .methods
             .get(n.pos)
             .map_or(("", ""), |m| (m.device.as_str(), m.agent.as_str()));
-        vec![Out::Log(
-            true,
-            format!(
-                "fence request {nodeid} pid {pid} {} time {} {device} {agent}",
-                n.left_reason.name(),
-                n.fail_walltime
-            ),
-        )]
+        tracing::error!(
+            "fence request {nodeid} pid {pid} {} time {} {device} {agent}",
+            n.left_reason.name(),
+            n.fail_walltime
+        );
+        Vec::new()
     }
 
     /// The agent for `nodeid` ended: exit status, or -1 when killed by a signal
@@ -559,10 +549,8 @@ impl Fencing {
         pid: u32,
         result: i32,
     ) -> Vec<Out> {
-        let mut out = vec![Out::Log(
-            true,
-            format!("fence result {nodeid} pid {pid} result {result} exit status"),
-        )];
+        tracing::error!("fence result {nodeid} pid {pid} result {result} exit status");
+        let mut out = Vec::new();
         let Some(n) = self.nodes.get_mut(&nodeid) else {
             return out;
         };
@@ -623,48 +611,37 @@ impl Fencing {
         let mut out = Vec::new();
         if let Some(i) = self.startup.iter().position(|&s| s == nodeid) {
             self.startup.remove(i);
-            out.push(Out::Log(
-                false,
-                format!("receive_fence_result {nodeid} from {from} clear startup"),
-            ));
+            tracing::debug!("receive_fence_result {nodeid} from {from} clear startup");
             return out;
         }
         let our = self.our;
         let member = proto.nodes().get(&nodeid).is_some_and(|d| d.member);
         let Some(n) = self.nodes.get_mut(&nodeid) else {
-            out.push(Out::Log(
-                true,
-                format!("receive_fence_result {nodeid} from {from} result {result} no daemon node"),
-            ));
+            tracing::error!(
+                "receive_fence_result {nodeid} from {from} result {result} no daemon node"
+            );
             return out;
         };
         if !n.need_fencing {
-            out.push(Out::Log(
-                true,
-                format!(
-                    "receive_fence_result {nodeid} from {from} result {result} no need_fencing"
-                ),
-            ));
+            tracing::error!(
+                "receive_fence_result {nodeid} from {from} result {result} no need_fencing"
+            );
             return out;
         }
         let success = result == 0 || result == RESULT_ACKED;
         if member && success {
-            out.push(Out::Log(
-                true,
-                format!("receive_fence_result {nodeid} from {from} result {result} node is daemon_member"),
-            ));
+            tracing::error!(
+                "receive_fence_result {nodeid} from {from} result {result} node is daemon_member"
+            );
             out.push(Out::Kick(nodeid));
         }
         if from == our && result != RESULT_ACKED {
             n.result_wait = false;
         }
-        out.push(Out::Log(
-            true,
-            format!(
-                "fence status {nodeid} receive {result} from {from} walltime {walltime} local {}",
-                env.now
-            ),
-        ));
+        tracing::error!(
+            "fence status {nodeid} receive {result} from {from} walltime {walltime} local {}",
+            env.now
+        );
         if success {
             n.need_fencing = false;
             n.delay_fencing = false;
@@ -677,10 +654,7 @@ impl Fencing {
             n.failed_result_at = Some(env.now);
             n.actors.remove(&from);
             if n.actors.is_empty() && self.opts.repeat_failed {
-                out.push(Out::Log(
-                    false,
-                    format!("clear_fence_actor {from} restoring original actors to retry"),
-                ));
+                tracing::debug!("clear_fence_actor {from} restoring original actors to retry");
                 n.actors = n.actors_orig.clone();
             }
         }
@@ -710,16 +684,12 @@ impl Fencing {
         let mut out = Vec::new();
         let fipu = self.fipu;
         let Some(n) = self.nodes.get_mut(&nodeid) else {
-            out.push(Out::Log(
-                true,
-                format!("receive_fence_clear from {from} no daemon node {nodeid}"),
-            ));
+            tracing::error!("receive_fence_clear from {from} no daemon node {nodeid}");
             return out;
         };
-        out.push(Out::Log(
-            false,
-            format!("receive_fence_clear from {from} for {nodeid} result {result} flags {flags:x}"),
-        ));
+        tracing::debug!(
+            "receive_fence_clear from {from} for {nodeid} result {result} flags {flags:x}"
+        );
         if result == RESULT_FIPU && flags & FenceFlags::FIPU != 0 {
             if fipu {
                 n.fipu = true;
@@ -732,17 +702,14 @@ impl Fencing {
         }
         if result == 0 && nodeid == self.our {
             if flags & FenceFlags::CLEAR_STARTUP != 0 && !self.startup.is_empty() {
-                out.push(Out::Log(
-                    false,
-                    format!("clear_startup_nodes {}", self.startup.len()),
-                ));
+                tracing::debug!("clear_startup_nodes {}", self.startup.len());
                 self.startup.clear();
                 self.wait_clear_fipu = true;
             }
             if flags & FenceFlags::CLEAR_FIPU != 0 && self.fipu {
                 self.fipu = false;
                 self.wait_clear_fipu = false;
-                out.push(Out::Log(false, "fence_in_progress_unknown 0 recv".into()));
+                tracing::debug!("fence_in_progress_unknown 0 recv");
             }
         }
         out.extend(self.work(env, proto));
@@ -763,23 +730,23 @@ impl Fencing {
 
     fn work_inner(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
         if self.ringid_wait {
-            out.push(Out::Log(false, "fence work wait for cpg ringid".into()));
+            tracing::debug!("fence work wait for cpg ringid");
             return true;
         }
         if env.cluster_ring_seq != self.daemon_ring_seq {
-            out.push(Out::Log(false, "fence work wait for cluster ringid".into()));
+            tracing::debug!("fence work wait for cluster ringid");
             return true;
         }
         let mut retry = false;
         if self.opts.quorum && !env.quorate {
-            out.push(Out::Log(false, "fence work wait for quorum".into()));
+            tracing::debug!("fence work wait for quorum");
             self.fipu_step(out);
             return true;
         }
         if self.merges(proto, out) {
             return true;
         }
-        retry |= self.startup_step(env, proto, out);
+        retry |= self.startup_step(env, proto);
         retry |= self.request_step(env, proto, out);
         retry |= self.check_step(env, proto, out);
         self.fipu_step(out);
@@ -807,19 +774,13 @@ impl Fencing {
             }
         }
         if !self.opts.two_node && merge > 0 {
-            out.push(Out::Log(
-                false,
-                format!(
-                    "fence work wait to clear merge {merge} clean {clean} part {part} gone {gone}"
-                ),
-            ));
+            tracing::debug!(
+                "fence work wait to clear merge {merge} clean {clean} part {part} gone {gone}"
+            );
             if clean >= merge && part == 0 && low == self.our {
                 for (&id, d) in proto.nodes() {
                     if d.stateful_merge && !d.killed {
-                        out.push(Out::Log(
-                            true,
-                            format!("daemon node {id} kill stateful merge member"),
-                        ));
+                        tracing::error!("daemon node {id} kill stateful merge member");
                         out.push(Out::KickMerged(id));
                     }
                 }
@@ -833,14 +794,11 @@ impl Fencing {
         false
     }
 
-    fn startup_step(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+    fn startup_step(&mut self, env: FenceEnv, proto: &DaemonProtocol) -> bool {
         let mut retry = false;
         for nodeid in std::mem::take(&mut self.startup) {
             if proto.is_clean_member(nodeid) {
-                out.push(Out::Log(
-                    false,
-                    format!("fence startup {nodeid} skip member"),
-                ));
+                tracing::debug!("fence startup {nodeid} skip member");
                 continue;
             }
             if !self.opts.startup {
@@ -848,21 +806,16 @@ impl Fencing {
                 continue;
             }
             if self.fence_delay_begin == 0 {
-                out.push(Out::Log(
-                    false,
-                    format!("fence startup {nodeid} wait for initial delay"),
-                ));
+                tracing::debug!("fence startup {nodeid} wait for initial delay");
                 self.startup.push(nodeid);
                 continue;
             }
             if env.now.saturating_sub(self.fence_delay_begin) < self.opts.post_join_delay {
-                out.push(Out::Log(
-                    false,
-                    format!(
-                        "fence startup {nodeid} delay {} from {}",
-                        self.opts.post_join_delay, self.fence_delay_begin
-                    ),
-                ));
+                tracing::debug!(
+                    "fence startup {nodeid} delay {} from {}",
+                    self.opts.post_join_delay,
+                    self.fence_delay_begin
+                );
                 self.startup.push(nodeid);
                 retry = true;
                 continue;
@@ -873,18 +826,12 @@ impl Fencing {
             );
             let n = self.add_node(nodeid);
             if n.need_fencing {
-                out.push(Out::Log(
-                    true,
-                    format!("fence startup {nodeid} already set"),
-                ));
+                tracing::error!("fence startup {nodeid} already set");
                 continue;
             }
             Self::reset_for_fencing(n, LeftReason::Startup, mono, wall);
             let low = self.set_actors(nodeid, &[], true);
-            out.push(Out::Log(
-                false,
-                format!("fence startup nodeid {nodeid} act {low}"),
-            ));
+            tracing::debug!("fence startup nodeid {nodeid} act {low}");
         }
         retry
     }
@@ -926,36 +873,24 @@ impl Fencing {
             return false;
         }
         if n.result_wait {
-            out.push(Out::Log(
-                false,
-                format!("fence request {nodeid} result_wait"),
-            ));
+            tracing::debug!("fence request {nodeid} result_wait");
             return false;
         }
         if proto.is_clean_member(nodeid) {
-            out.push(Out::Log(
-                false,
-                format!("fence request {nodeid} skip for is_clean_daemon_member"),
-            ));
+            tracing::debug!("fence request {nodeid} skip for is_clean_daemon_member");
             Self::rejoined(n, nodeid, env);
             return false;
         }
         if !self.opts.concurrent && running.is_some() {
-            out.push(Out::Log(
-                false,
-                format!("fence request {nodeid} delay for other pid"),
-            ));
+            tracing::debug!("fence request {nodeid} delay for other pid");
             n.delay_fencing = true;
             return true;
         }
         if env.now.saturating_sub(delay_begin) < self.opts.post_join_delay {
-            out.push(Out::Log(
-                false,
-                format!(
-                    "fence request {nodeid} delay {} from {delay_begin}",
-                    self.opts.post_join_delay
-                ),
-            ));
+            tracing::debug!(
+                "fence request {nodeid} delay {} from {delay_begin}",
+                self.opts.post_join_delay
+            );
             n.delay_fencing = true;
             return true;
         }
@@ -965,22 +900,16 @@ impl Fencing {
         let actor = n.actors.first().copied().unwrap_or(0);
         n.actor_last = actor;
         if actor == 0 {
-            out.push(Out::Log(true, format!("fence request {nodeid} no actor")));
+            tracing::error!("fence request {nodeid} no actor");
             return false;
         }
         if actor != self.our {
-            out.push(Out::Log(
-                false,
-                format!("fence request {nodeid} defer to {actor}"),
-            ));
+            tracing::debug!("fence request {nodeid} defer to {actor}");
             return false;
         }
         if let Some(at) = n.failed_result_at.map(|t| t + AGENT_RETRY_SECS) {
             if env.now < at {
-                out.push(Out::Log(
-                    false,
-                    format!("fence request {nodeid} retry at {at} after a failed agent"),
-                ));
+                tracing::debug!("fence request {nodeid} retry at {at} after a failed agent");
                 return true;
             }
         }
@@ -1004,7 +933,7 @@ impl Fencing {
             Ok(r) => r,
             Err(why) => {
                 // the agent cannot even start: its failure goes out at once
-                out.push(Out::Log(true, why));
+                tracing::error!("{}", why);
                 n.result_wait = true;
                 out.push(Out::SendResult {
                     nodeid,
@@ -1014,10 +943,7 @@ impl Fencing {
                 return false;
             }
         };
-        out.push(Out::Log(
-            false,
-            format!("fence request {nodeid} pos {}", n.pos),
-        ));
+        tracing::debug!("fence request {nodeid} pos {}", n.pos);
         out.push(Out::RunAgent {
             nodeid,
             agent: m.agent.clone(),
@@ -1041,13 +967,10 @@ impl Fencing {
                 continue;
             }
             if proto.is_clean_member(nodeid) {
-                out.push(Out::Log(
-                    false,
-                    format!(
-                        "fence wait {nodeid} pid {} skip for is_clean_daemon_member",
-                        n.fence_pid
-                    ),
-                ));
+                tracing::debug!(
+                    "fence wait {nodeid} pid {} skip for is_clean_daemon_member",
+                    n.fence_pid
+                );
                 let pid = n.fence_pid;
                 Self::rejoined(n, nodeid, env);
                 n.pid_wait = false;
@@ -1071,10 +994,7 @@ impl Fencing {
         {
             // case A: everyone started together and startup fencing settled
             self.fipu = false;
-            out.push(Out::Log(
-                false,
-                "fence_in_progress_unknown 0 startup".into(),
-            ));
+            tracing::debug!("fence_in_progress_unknown 0 startup");
         }
         if !self.fipu {
             // case B: the lowest settled member tells new members nothing is pending
@@ -1130,20 +1050,14 @@ impl Fencing {
                     }
                 }
                 self.fipu = false;
-                out.push(Out::Log(
-                    false,
-                    "fence_in_progress_unknown 0 all_fipu".into(),
-                ));
+                tracing::debug!("fence_in_progress_unknown 0 all_fipu");
             } else if self.last_join_seq > self.send_fipu_seq {
                 out.push(Out::SendClear {
                     nodeid: self.our,
                     result: RESULT_FIPU,
                     flags: FenceFlags::FIPU,
                 });
-                out.push(Out::Log(
-                    false,
-                    format!("send_fence_clear {} fipu", self.our),
-                ));
+                tracing::debug!("send_fence_clear {} fipu", self.our);
                 self.send_fipu_seq = self.last_join_seq;
             }
         }

@@ -25,8 +25,6 @@ pub enum Out {
         /// Its command line.
         command: String,
     },
-    /// A log line: (error level, text).
-    Log(bool, String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,11 +163,8 @@ impl Runs {
         };
         let text = String::from_utf8_lossy(command).into_owned();
         let prefix: String = text.chars().take(128).collect();
-        out.push(Out::Log(true, format!("run start {uuid} {prefix}")));
-        out.push(Out::Log(
-            false,
-            format!("send_run_request {uuid} for {} nodes", results.len()),
-        ));
+        tracing::error!("run start {uuid} {prefix}");
+        tracing::debug!("send_run_request {uuid} for {} nodes", results.len());
         let req = RunRequest {
             info,
             uuid: uuid.as_bytes(),
@@ -177,7 +172,10 @@ impl Runs {
         };
         match req.encode(&self.header(version, MsgType::RUN_REQUEST)) {
             Ok(bytes) => out.push(Out::Send(bytes)),
-            Err(e) => return (-1, vec![Out::Log(true, format!("run start {uuid}: {e}"))]),
+            Err(e) => {
+                tracing::error!("run start {uuid}: {e}");
+                return (-1, Vec::new());
+            }
         }
         if flags & RunStartFlags::NODE_FIRST != 0 {
             out.push(Out::Exec {
@@ -200,10 +198,8 @@ impl Runs {
     /// `receive_run_request` from `from`.
     pub fn receive_request(&mut self, from: u32, req: &RunRequest<'_>) -> Vec<Out> {
         let uuid = String::from_utf8_lossy(req.uuid).into_owned();
-        let mut out = vec![Out::Log(
-            false,
-            format!("receive_run_request {uuid} from {from}"),
-        )];
+        tracing::debug!("receive_run_request {uuid} from {from}");
+        let mut out = Vec::new();
         let info = req.info;
         if info.dest_nodeid != 0 && info.dest_nodeid != self.our_i32() {
             return out;
@@ -211,21 +207,18 @@ impl Runs {
         let command = String::from_utf8_lossy(req.command).into_owned();
         if info.start_nodeid == self.our_i32() {
             if info.flags & RunStartFlags::NODE_RECV == 0 {
-                out.push(Out::Log(false, "receive_run_request ignore self".into()));
+                tracing::debug!("receive_run_request ignore self");
                 return out;
             }
             if self.find(&uuid).is_none() {
-                out.push(Out::Log(
-                    false,
-                    format!("receive_run_request from self no uuid {uuid}"),
-                ));
+                tracing::debug!("receive_run_request from self no uuid {uuid}");
                 return out;
             }
             out.push(Out::Exec { uuid, command });
             return out;
         }
         let prefix: String = command.chars().take(128).collect();
-        out.push(Out::Log(true, format!("run request {uuid} {prefix}")));
+        tracing::error!("run request {uuid} {prefix}");
         self.runs.insert(
             0,
             Run {
@@ -256,7 +249,8 @@ impl Runs {
         let our = self.our_i32();
         let header = self.header(version, MsgType::RUN_REPLY);
         let Some(pos) = self.runs.iter().position(|r| r.uuid == uuid) else {
-            return vec![Out::Log(true, format!("helper reply no run uuid {uuid}"))];
+            tracing::error!("helper reply no run uuid {uuid}");
+            return Vec::new();
         };
         let run = &self.runs[pos];
         let rep = RunReply {
@@ -267,16 +261,14 @@ impl Runs {
             },
             uuid: run.uuid.as_bytes(),
         };
-        let mut out = vec![Out::Log(
-            false,
-            format!("send_run_reply {uuid} result {result}"),
-        )];
+        tracing::debug!("send_run_reply {uuid} result {result}");
+        let mut out = Vec::new();
         match rep.encode(&header) {
             Ok(b) => out.push(Out::Send(b)),
-            Err(e) => out.push(Out::Log(true, format!("send_run_reply {uuid}: {e}"))),
+            Err(e) => tracing::error!("send_run_reply {uuid}: {e}"),
         }
         if run.info.start_nodeid != our {
-            out.push(Out::Log(false, format!("clear run {uuid}")));
+            tracing::debug!("clear run {uuid}");
             self.runs.remove(pos);
         }
         out
@@ -285,13 +277,11 @@ impl Runs {
     /// `receive_run_reply` from `from`: only the starting node counts results.
     pub fn receive_reply(&mut self, from: u32, rep: &RunReply<'_>) -> Vec<Out> {
         let uuid = String::from_utf8_lossy(rep.uuid).into_owned();
-        let out = vec![Out::Log(
-            false,
-            format!(
-                "receive_run_reply {uuid} from {from} result {}",
-                rep.info.local_result
-            ),
-        )];
+        tracing::debug!(
+            "receive_run_reply {uuid} from {from} result {}",
+            rep.info.local_result
+        );
+        let out = Vec::new();
         let our = self.our_i32();
         let Some(run) = self.find(&uuid) else {
             return out;
@@ -315,26 +305,24 @@ impl Runs {
 
     /// `check_run_operation`: the status bits, or `None` for an unknown uuid. CANCEL and
     /// CLEAR (when done) forget the run.
-    pub fn check(&mut self, uuid: &str, flags: u32) -> (Option<u32>, Vec<Out>) {
-        let mut out = Vec::new();
+    pub fn check(&mut self, uuid: &str, flags: u32) -> Option<u32> {
         let Some(pos) = self.runs.iter().position(|r| r.uuid == uuid) else {
-            out.push(Out::Log(false, format!("check_run no uuid {uuid}")));
-            return (None, out);
+            tracing::debug!("check_run no uuid {uuid}");
+            return None;
         };
         if flags & RunCheckFlags::CANCEL != 0 {
-            out.push(Out::Log(false, format!("cancel_run {uuid}")));
+            tracing::debug!("cancel_run {uuid}");
             self.runs.remove(pos);
-            return (Some(0), out);
+            return Some(0);
         }
         let run = &self.runs[pos];
         let i = run.info;
-        out.push(Out::Log(
-            false,
-            format!(
-                "check_run {uuid} reply_count {} need_replies {} fail_count {}",
-                i.reply_count, i.need_replies, i.fail_count
-            ),
-        ));
+        tracing::debug!(
+            "check_run {uuid} reply_count {} need_replies {} fail_count {}",
+            i.reply_count,
+            i.need_replies,
+            i.fail_count
+        );
         let mut status = if i.need_replies != 0 {
             RunStatus::WAITING
         } else {
@@ -351,27 +339,21 @@ impl Runs {
                     .filter(|r| r.result != 0)
                     .map(|r| format!("{} ", r.nodeid))
                     .collect();
-                out.push(Out::Log(
-                    true,
-                    format!(
-                        "run ended {uuid} error from {} remote nodes with ids: {ids}",
-                        i.fail_count
-                    ),
-                ));
+                tracing::error!(
+                    "run ended {uuid} error from {} remote nodes with ids: {ids}",
+                    i.fail_count
+                );
             } else {
-                out.push(Out::Log(
-                    true,
-                    format!(
-                        "run ended {uuid} success from {} remote nodes",
-                        i.reply_count
-                    ),
-                ));
+                tracing::error!(
+                    "run ended {uuid} success from {} remote nodes",
+                    i.reply_count
+                );
             }
             if flags & RunCheckFlags::CLEAR != 0 {
                 self.runs.remove(pos);
             }
         }
-        (Some(status), out)
+        Some(status)
     }
 
     /// `copy_run_list`: the text of `dlm_tool run_list`.
@@ -488,7 +470,7 @@ mod tests {
         };
         assert_eq!((rep.info.local_pid, rep.info.local_result), (4242, 5));
         let _ = n1.receive_reply(2, &rep);
-        let (st, _) = n1.check(&uuid, 0);
+        let st = n1.check(&uuid, 0);
         assert_eq!(st, Some(RunStatus::WAITING | RunStatus::FAILED));
         let ok = RunReply {
             info: RunInfo {
@@ -503,14 +485,15 @@ mod tests {
         assert!(n1.list_text().contains(&format!(
             "run_uuid {uuid} start_nodeid 1 local_pid 0 local_result 0 need_replies 0 reply_count 2 fail_count 1 flags 1\nrun_command lvm lvs \n"
         )));
-        let (st, log) = n1.check(&uuid, RunCheckFlags::CLEAR);
+        let mut st = None;
+        let log = crate::log::messages(|| st = n1.check(&uuid, RunCheckFlags::CLEAR));
         assert_eq!(st, Some(RunStatus::DONE | RunStatus::FAILED));
-        assert!(log.contains(&Out::Log(
-            true,
+        assert!(log.contains(&(
+            crate::log::Level::Error,
             format!("run ended {uuid} error from 1 remote nodes with ids: 2 ")
         )));
         assert!(n1.runs().is_empty(), "CLEAR forgets a finished run");
-        assert_eq!(n1.check(&uuid, 0).0, None);
+        assert_eq!(n1.check(&uuid, 0), None);
     }
 
     #[test]

@@ -235,8 +235,9 @@ impl DaemonGroup {
 
     /// `dlm_tool run_check`: (rv, status).
     pub(crate) fn run_check(&mut self, uuid: &str, flags: u32) -> (i32, u32) {
-        let (r, a) = self.core.run_check(uuid, flags);
-        self.perform(a, None);
+        let r = self.core.run_check(uuid, flags);
+        // a CLEAR or CANCEL forgot the run: the run list queries read changes
+        self.publish();
         r
     }
 

@@ -263,6 +263,18 @@ pub fn capture(f: impl FnOnce()) -> Vec<Line> {
     CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default()
 }
 
+/// The (level, message) of every event `f` makes on this thread through the daemon's
+/// layer (for the cores' unit tests: their log lines are part of what they do).
+#[cfg(test)]
+pub(crate) fn messages(f: impl FnOnce()) -> Vec<(Level, String)> {
+    use tracing_subscriber::layer::SubscriberExt;
+    let sub = tracing_subscriber::registry().with(CLayer);
+    capture(|| tracing::subscriber::with_default(sub, f))
+        .into_iter()
+        .map(|l| (l.level, l.fields.message))
+        .collect()
+}
+
 /// Writes one event to the rings and the sinks (`log_level`). Plock-only lines (C's
 /// LOG_NONE) go to the plock ring only, or to stderr with `plock_debug`.
 pub fn emit(line: &Line) {
