@@ -164,26 +164,74 @@ pub(crate) fn cancel(nodeid: u32, pid: u32) {
     }
 }
 
+/// Why unfencing this node failed (C's `unfence_node` log lines), with the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum UnfenceError {
+    /// The device's arguments do not make an agent's stdin.
+    #[error("unfence {node} config args error -1")]
+    Args {
+        /// This node.
+        node: u32,
+    },
+    /// The agent could not be started.
+    #[error("unfence {node} {device} {agent} run error {source}")]
+    Spawn {
+        /// This node.
+        node: u32,
+        /// The device.
+        device: String,
+        /// The agent.
+        agent: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Waiting for the agent failed.
+    #[error("unfence {node} pid {pid} waitpid {source}")]
+    Wait {
+        /// This node.
+        node: u32,
+        /// The agent's pid.
+        pid: u32,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The agent said no.
+    #[error("unfence {node} pid {pid} error status {status}")]
+    Failed {
+        /// This node.
+        node: u32,
+        /// The agent's pid.
+        pid: u32,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+    },
+}
+
 /// `unfence_node`: every device of ours marked `unfence` runs with `action=on`, one after
 /// another, before we join the daemon group; any failure stops the daemon.
-pub(crate) async fn unfence(conf: &ConfFile, our: u32) -> Result<(), String> {
-    for m in conf.fence_methods(our).iter().filter(|m| m.unfence) {
-        let stdin = agent_args(m, our, "action=on\n")
-            .ok_or_else(|| format!("unfence {our} config args error -1"))?;
+pub(crate) async fn unfence(conf: &ConfFile, node: u32) -> Result<(), UnfenceError> {
+    for m in conf.fence_methods(node).iter().filter(|m| m.unfence) {
+        let stdin = agent_args(m, node, "action=on\n").ok_or(UnfenceError::Args { node })?;
         let mut child = program(&m.agent)
             .spawn()
-            .map_err(|e| format!("unfence {our} {} {} run error {e}", m.device, m.agent))?;
+            .map_err(|source| UnfenceError::Spawn {
+                node,
+                device: m.device.clone(),
+                agent: m.agent.clone(),
+                source,
+            })?;
         let pid = child.id().unwrap_or(0);
-        tracing::error!("unfence {our} pid {pid} {} {}", m.device, m.agent);
+        tracing::error!("unfence {node} pid {pid} {} {}", m.device, m.agent);
         if let Some(mut i) = child.stdin.take() {
             let _ = i.write_all(stdin.as_bytes()).await;
         }
-        let status = child
-            .wait()
-            .await
-            .map_err(|e| format!("unfence {our} pid {pid} waitpid {e}"))?;
+        let status =
+            child
+                .wait()
+                .await
+                .map_err(|source| UnfenceError::Wait { node, pid, source })?;
         if !status.success() {
-            return Err(format!("unfence {our} pid {pid} error status {status}"));
+            return Err(UnfenceError::Failed { node, pid, status });
         }
     }
     Ok(())

@@ -85,9 +85,12 @@ pub enum DaemonError {
     /// The daemon protocol could not be agreed.
     #[error(transparent)]
     Protocol(#[from] crate::daemon_proto::ProtoError),
-    /// Not available, or not in time.
+    /// Something the start waits for did not happen in time.
     #[error("no {0}")]
-    Unsupported(&'static str),
+    Timeout(&'static str),
+    /// Unfencing this node failed (`unfence_node`): it must not join.
+    #[error(transparent)]
+    Unfence(agent::UnfenceError),
     /// corosync failed or went away.
     #[error("corosync: {0}")]
     Cluster(CpgError),
@@ -234,7 +237,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     //    group makes us fenceable)
     agent::unfence(&args.config.file, our)
         .await
-        .map_err(|e| DaemonError::Io("unfence", io::Error::other(e)))?;
+        .map_err(DaemonError::Unfence)?;
     // 1. configfs cluster attributes
     startup::setup_configfs(&seam, &args.config, &cluster_name)?;
     // 2. the monitor device, before our comms entry, kept open for our lifetime
@@ -452,7 +455,7 @@ async fn negotiate(
     };
     tokio::time::timeout(Duration::from_secs(60), negotiated)
         .await
-        .map_err(|_| DaemonError::Unsupported("daemon protocol negotiation within 60 s"))??;
+        .map_err(|_| DaemonError::Timeout("daemon protocol negotiation within 60 s"))??;
     dg.start_fencing(services);
     Ok(())
 }
@@ -472,9 +475,7 @@ async fn wait_quorum(s: &mut CorosyncServices) -> Result<dlm_cpg::QuorumChange, 
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(DaemonError::Unsupported(
-        "a quorum notification within 60 s",
-    ))
+    Err(DaemonError::Timeout("a quorum notification within 60 s"))
 }
 
 /// The comms entries written so far (`add_configfs_node` / `del_configfs_node`).
