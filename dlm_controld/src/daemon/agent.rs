@@ -239,6 +239,39 @@ pub(crate) async fn unfence(conf: &ConfFile, node: u32) -> Result<(), UnfenceErr
 
 #[cfg(test)]
 mod tests {
+    use super::UnfenceError;
+
+    async fn unfence_with(agent: &str) -> Result<(), UnfenceError> {
+        let conf = crate::config::parse_conf(&format!("fence_all {agent}\nunfence_all\n"))
+            .expect("dlm.conf");
+        super::unfence(&conf, 1).await
+    }
+
+    #[tokio::test]
+    async fn an_unfence_failure_keeps_its_cause() {
+        assert!(unfence_with("/bin/true").await.is_ok());
+        let e = unfence_with("/bin/false").await.expect_err("false says no");
+        assert!(
+            matches!(e, UnfenceError::Failed { node: 1, ref status, .. } if status.code() == Some(1)),
+            "{e}"
+        );
+        let e = unfence_with("/nonexistent/agent")
+            .await
+            .expect_err("no agent");
+        match &e {
+            UnfenceError::Spawn { source, agent, .. } => {
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+                assert_eq!(agent, "/nonexistent/agent");
+            }
+            other => panic!("{other}"),
+        }
+        assert!(
+            e.to_string()
+                .starts_with("unfence 1 fence_all /nonexistent/agent run error"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_run_uuid_is_a_fresh_lowercase_version_4_uuid() {
         let a = super::new_uuid().expect("random bytes");
