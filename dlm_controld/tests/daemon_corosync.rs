@@ -5,11 +5,11 @@
 #[path = "../../cpg/tests/support/mod.rs"]
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use dlm_proto::kernel::{PlockFlags, PlockInfo, PlockOp};
-use dlm_tests::{Daemon, FakeKernel, Record, writes};
+use dlm_tests::{Daemon, DaemonBuilder, FakeKernel, Record, writes};
 use support::Corosync;
 
 const T: Duration = Duration::from_secs(30);
@@ -24,22 +24,16 @@ fn start(
     k: &FakeKernel,
     env: &[(&str, &std::ffi::OsStr)],
 ) -> Daemon {
+    let daemon = env.iter().fold(
+        DaemonBuilder::new(env!("CARGO_BIN_EXE_dlm_controld"), dir).args(&["-f", "0"]),
+        |b, (k, v)| b.env(k, v),
+    );
     for _ in 0..50 {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &cs.netns])
-            .arg(env!("CARGO_BIN_EXE_dlm_controld"))
-            .args(["--kernel-root", &dir.display().to_string(), "--foreground"])
-            .args(["-f", "0"])
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlm_controld");
+        // one that did not come up is killed when dropped
+        let d = daemon.spawn(&cs.netns).expect("start dlm_controld");
         if k.wait_daemon(Duration::from_secs(2)) {
-            return Daemon(child);
+            return d;
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
     panic!("the daemon never came up on corosync");
 }

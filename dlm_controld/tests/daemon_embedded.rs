@@ -6,22 +6,16 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use dlm_tests::{Daemon, FakeKernel, Netns, Record, writes};
+use dlm_tests::{Daemon, DaemonBuilder, FakeKernel, Netns, Record, writes};
 
 const T: Duration = Duration::from_secs(20);
 const C: &str = "sys/kernel/config/dlm/cluster";
 
-/// `dlm_controld --kernel-root <root> --cluster embedded --foreground` in `ns`.
+/// `dlm_controld --kernel-root <root> --foreground --cluster embedded` in `ns`.
 fn daemon_cmd(ns: &Netns, root: &Path) -> std::process::Command {
-    let mut c = ns.command(env!("CARGO_BIN_EXE_dlm_controld"));
-    c.args([
-        "--kernel-root",
-        &root.display().to_string(),
-        "--cluster",
-        "embedded",
-        "--foreground",
-    ]);
-    c
+    DaemonBuilder::new(env!("CARGO_BIN_EXE_dlm_controld"), root)
+        .embedded()
+        .command(&ns.0)
 }
 
 fn start(ns: &Netns, root: &Path) -> Daemon {
@@ -227,18 +221,11 @@ fn feeds_the_systemd_watchdog() {
             .set_read_timeout(Some(Duration::from_secs(2)))
             .expect("timeout");
         let ns = Netns::new(tag).expect("netns");
-        let mut cmd = ns.command(env!("CARGO_BIN_EXE_dlm_controld"));
-        cmd.args([
-            "--kernel-root",
-            &dir.display().to_string(),
-            "--cluster",
-            "embedded",
-            "--foreground",
-        ])
-        .env("NOTIFY_SOCKET", &notify_path)
-        .env("WATCHDOG_USEC", "200000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        let mut cmd = daemon_cmd(&ns, &dir);
+        cmd.env("NOTIFY_SOCKET", &notify_path)
+            .env("WATCHDOG_USEC", "200000")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         if !pid_is_ours {
             cmd.env("WATCHDOG_PID", "1");
         }

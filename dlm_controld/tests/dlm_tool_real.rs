@@ -4,13 +4,13 @@
 //! of its own so its abstract sockets meet nobody else's.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::global_id;
-use dlm_tests::{Daemon, FakeKernel, Record};
+use dlm_tests::{Daemon, DaemonBuilder, FakeKernel, Record};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -65,23 +65,11 @@ fn same(ns: &str, args: &[&str]) -> String {
 }
 
 fn start(ns: &str, dir: &Path) -> Daemon {
-    Daemon(
-        Command::new("ip")
-            .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_dlm_controld")])
-            .args([
-                "--kernel-root",
-                &dir.display().to_string(),
-                "--cluster",
-                "embedded",
-                "--foreground",
-                "-j",
-                "7",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlm_controld"),
-    )
+    DaemonBuilder::new(env!("CARGO_BIN_EXE_dlm_controld"), dir)
+        .embedded()
+        .args(&["-j", "7"])
+        .spawn(ns)
+        .expect("start dlm_controld")
 }
 
 /// Polls `dump_config` until `pred` holds (the main socket has no replies).

@@ -10,7 +10,7 @@ use std::time::Duration;
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::wire::global_id;
-use dlm_tests::{Daemon, FakeKernel, Netns, metric_in_ns};
+use dlm_tests::{Daemon, DaemonBuilder, FakeKernel, Netns, metric_in_ns};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -51,21 +51,11 @@ fn start(tag: &str, extra: &[&str]) -> (PathBuf, FakeKernel, Netns, Daemon, u32)
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
     let ns = Netns::new(tag).expect("netns");
-    let d = Daemon(
-        ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
-            .args([
-                "--kernel-root",
-                &dir.display().to_string(),
-                "--cluster",
-                "embedded",
-                "--foreground",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlm_controld"),
-    );
+    let d = DaemonBuilder::new(env!("CARGO_BIN_EXE_dlm_controld"), &dir)
+        .embedded()
+        .args(extra)
+        .spawn(&ns.0)
+        .expect("start dlm_controld");
     assert!(k.wait_daemon(T));
     assert!(k.announce("foo").expect("announce"));
     assert!(k.wait_joined("foo", T));

@@ -6,10 +6,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dlm_tests::{Daemon, FakeKernel, Netns};
+use dlm_tests::{Daemon, DaemonBuilder, FakeKernel, Netns};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -46,24 +45,13 @@ impl Setup {
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let d = Daemon(
-            ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
-                .args([
-                    "--kernel-root",
-                    &root.display().to_string(),
-                    "--cluster",
-                    "embedded",
-                    "--foreground",
-                    "--metrics",
-                    "off",
-                ])
-                .args(extra)
-                .env("PATH", path)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("daemon"),
-        );
+        let d = DaemonBuilder::new(env!("CARGO_BIN_EXE_dlm_controld"), &root)
+            .embedded()
+            .args(&["--metrics", "off"])
+            .args(extra)
+            .env("PATH", &path)
+            .spawn(&ns.0)
+            .expect("daemon");
         assert!(k.wait_daemon(T), "the daemon never came up");
         Self {
             dir,

@@ -71,6 +71,70 @@ impl Drop for Daemon {
     }
 }
 
+/// A `dlm_controld` command line for a test: `--kernel-root <root> --foreground`, then the
+/// cluster and options asked for; run in a network namespace with its output discarded.
+#[derive(Debug, Clone)]
+pub struct DaemonBuilder {
+    bin: std::path::PathBuf,
+    args: Vec<String>,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
+impl DaemonBuilder {
+    /// The daemon `bin` on the fake kernel under `root`.
+    pub fn new(bin: impl AsRef<std::path::Path>, root: &std::path::Path) -> Self {
+        Self {
+            bin: bin.as_ref().to_path_buf(),
+            args: vec![
+                "--kernel-root".into(),
+                root.display().to_string(),
+                "--foreground".into(),
+            ],
+            env: Vec::new(),
+        }
+    }
+
+    /// The one-node embedded group instead of corosync.
+    #[must_use]
+    pub fn embedded(self) -> Self {
+        self.args(&["--cluster", "embedded"])
+    }
+
+    /// More options, in order.
+    #[must_use]
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| (*a).to_string()));
+        self
+    }
+
+    /// An environment variable of the daemon.
+    #[must_use]
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.env.push((key.into(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// The command, in network namespace `ns` (`ip netns exec`); its output is the
+    /// caller's to direct (`output()` captures it).
+    pub fn command(&self, ns: &str) -> std::process::Command {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", ns])
+            .arg(&self.bin)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
+    }
+
+    /// Started in `ns`, its output discarded.
+    pub fn spawn(&self, ns: &str) -> std::io::Result<Daemon> {
+        self.command(ns)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(Daemon)
+    }
+}
+
 /// Starts `dlm_controld` (path `bin`) in network namespace `ns` on the fake kernel `k` under
 /// `root`, with corosync, `--foreground -f 0` (fencing off unless `extra` says `-f 1`) and
 /// `extra` options. corosync may still be forming its ring, and the daemon exits when it
@@ -83,23 +147,9 @@ pub fn start_daemon_on_corosync(
     k: &FakeKernel,
     extra: &[&str],
 ) -> Option<Daemon> {
+    let daemon = DaemonBuilder::new(bin, root).args(&["-f", "0"]).args(extra);
     for _ in 0..30 {
-        let child = std::process::Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(bin)
-            .args([
-                "--kernel-root",
-                &root.display().to_string(),
-                "--foreground",
-                "-f",
-                "0",
-            ])
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .ok()?;
-        let mut d = Daemon(child);
+        let mut d = daemon.spawn(ns).ok()?;
         if wait_up(&mut d, k) {
             return Some(d);
         }

@@ -7,13 +7,13 @@
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::query::{Command, DlmcHeader, FLAG_UNCAPPED_DUMP, QUERY_SOCK_NAME};
-use dlm_tests::{Daemon, FakeKernel, Netns, enter_netns};
+use dlm_tests::{DaemonBuilder, FakeKernel, Netns, enter_netns};
 
 fn main() -> ExitCode {
     let n: u64 = std::env::args()
@@ -35,22 +35,13 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
         .unwrap_or_default();
-    let Ok(child) = ns
-        .command(&dir.join("dlm_controld").display().to_string())
-        .args([
-            "--kernel-root",
-            &root.display().to_string(),
-            "--cluster",
-            "embedded",
-            "--foreground",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let Ok(d) = DaemonBuilder::new(dir.join("dlm_controld"), &root)
+        .embedded()
+        .spawn(&ns.0)
     else {
         return ExitCode::FAILURE;
     };
-    let _d = Daemon(child);
+    let _d = d;
     if !k.wait_daemon(Duration::from_secs(10))
         || !k.announce("big").unwrap_or(false)
         || !k.wait_joined("big", Duration::from_secs(10))

@@ -8,7 +8,7 @@
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 use dlm_proto::query::{Command, DlmcHeader, HEADER_SIZE, NodesKind, QUERY_SOCK_NAME};
-use dlm_tests::{Daemon, FakeKernel, Netns, enter_netns};
+use dlm_tests::{DaemonBuilder, FakeKernel, Netns, enter_netns};
 
 /// One query, reply read to the end; its duration.
 fn query(h: &DlmcHeader) -> Option<Duration> {
@@ -81,23 +81,11 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("dlm_controld")))
         .unwrap_or_default();
-    let Ok(child) = ns
-        .command(&bin.display().to_string())
-        .args([
-            "--kernel-root",
-            &root.display().to_string(),
-            "--cluster",
-            "embedded",
-            "--foreground",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-    else {
+    let Ok(d) = DaemonBuilder::new(&bin, &root).embedded().spawn(&ns.0) else {
         eprintln!("cannot start {}", bin.display());
         return ExitCode::FAILURE;
     };
-    let _d = Daemon(child);
+    let _d = d;
     if !k.wait_daemon(Duration::from_secs(10)) || !k.announce("bench").unwrap_or(false) {
         eprintln!("daemon did not come up");
         return ExitCode::FAILURE;
