@@ -210,7 +210,7 @@ impl DaemonCore {
                 .filter(|(_, n)| n.fenced_by_rejoin)
                 .map(|(id, _)| id)
                 .collect(),
-            in_progress: self.fencing.in_progress() != 0,
+            in_progress: self.fencing.in_progress().any(),
             cluster_add: self.cluster_add.clone(),
         }
     }

@@ -148,6 +148,26 @@ pub enum Out {
     KickMerged(u32),
 }
 
+/// Why fencing is in progress (`fence_in_progress`, whose 1, 2, 3 these are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InProgress {
+    /// Nothing: lockspaces may start.
+    None,
+    /// A member announced fence-in-progress-unknown (it started without startup fencing).
+    Unknown,
+    /// Startup fencing of nodes not yet seen is pending.
+    StartupNodes,
+    /// A failed node needs fencing.
+    NeedFencing,
+}
+
+impl InProgress {
+    /// Anything in progress.
+    pub fn any(self) -> bool {
+        self != Self::None
+    }
+}
+
 /// The fence state of one daemon node (`struct node_daemon`, fence part).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FenceNode {
@@ -360,16 +380,16 @@ impl Fencing {
         self.nodes.get(&nodeid).map(|n| n.fence_monotime)
     }
 
-    /// `fence_in_progress`: 1 fipu, 2 startup nodes, 3 a node needs fencing, 0 none.
-    pub fn in_progress(&self) -> u8 {
+    /// `fence_in_progress`: what keeps lockspaces from starting, first cause first.
+    pub fn in_progress(&self) -> InProgress {
         if self.fipu {
-            1
+            InProgress::Unknown
         } else if !self.startup.is_empty() {
-            2
+            InProgress::StartupNodes
         } else if self.nodes.values().any(|n| n.need_fencing) {
-            3
+            InProgress::NeedFencing
         } else {
-            0
+            InProgress::None
         }
     }
 

@@ -10,7 +10,7 @@ use dlm_controld::confchg::Confchg;
 use dlm_controld::config::{ConfFile, parse_conf};
 use dlm_controld::daemon_core::{Action, DaemonCore, Now, Start};
 use dlm_controld::daemon_proto::QuorumView;
-use dlm_controld::fencing::{FenceOpts, Fencing, RESULT_ACKED, agent_args};
+use dlm_controld::fencing::{FenceOpts, Fencing, InProgress, RESULT_ACKED, agent_args};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
 use dlm_proto::wire::{DAEMON_GROUP_NAME, FenceFlags, FenceResult, MsgType};
 
@@ -287,7 +287,7 @@ fn all_start_together_startup_fencing_settles_without_fencing() {
                 "seed {seed} node {id}"
             );
             assert!(!n.fence().fipu(), "seed {seed} node {id}: {:?}", n.log);
-            assert_eq!(n.fence().in_progress(), 0);
+            assert_eq!(n.fence().in_progress(), InProgress::None);
             assert!(n.agents.is_empty());
         }
     }
@@ -302,7 +302,7 @@ fn failed_node_is_fenced_by_the_lowest_survivor_after_post_join_delay() {
         let failed_at = c.now;
         for id in [1, 2] {
             assert!(c.node(id).fence().needs_fencing(3), "seed {seed}");
-            assert_eq!(c.node(id).fence().in_progress(), 3);
+            assert_eq!(c.node(id).fence().in_progress(), InProgress::NeedFencing);
         }
         // the cluster formed at 100; by 120 post_join_delay (10 s) has passed: at once
         assert_eq!(
@@ -330,7 +330,7 @@ fn failed_node_is_fenced_by_the_lowest_survivor_after_post_join_delay() {
             let n = c.node(id);
             assert!(!n.fence().needs_fencing(3), "seed {seed} node {id}");
             assert_eq!(n.fence().fence_time(3), Some(c.now));
-            assert_eq!(n.fence().in_progress(), 0);
+            assert_eq!(n.fence().in_progress(), InProgress::None);
             let f = n.fence().nodes().find(|(i, _)| *i == 3).expect("node 3").1;
             assert_eq!(f.actor_done, 1);
             assert_eq!(f.fence_walltime, WALL + c.now);
@@ -445,7 +445,7 @@ fn fence_ack_cancels_the_running_agent_everywhere() {
     assert!(c.node(1).running.is_empty());
     for id in [1, 2] {
         assert!(!c.node(id).fence().needs_fencing(3));
-        assert_eq!(c.node(id).fence().in_progress(), 0);
+        assert_eq!(c.node(id).fence().in_progress(), InProgress::None);
     }
     // a needless ack is refused by everyone, as C: "no need_fencing"
     let ack = c
@@ -542,7 +542,7 @@ fn a_node_that_never_joins_is_startup_fenced() {
     c.start(2);
     // node 3 is configured but never starts: after post_join_delay, node 1 fences it
     assert_eq!(c.node(1).fence().startup_nodes(), &[3]);
-    assert_eq!(c.node(1).fence().in_progress(), 1);
+    assert_eq!(c.node(1).fence().in_progress(), InProgress::Unknown);
     c.tick(11);
     assert_eq!(c.node(1).agents.len(), 1, "{:?}", c.node(1).log);
     let (subject, _, stdin, _) = &c.node(1).agents[0];
@@ -558,7 +558,7 @@ fn a_node_that_never_joins_is_startup_fenced() {
     c.agent_exits(1, 3, 0);
     for id in [1, 2] {
         assert!(!c.node(id).fence().fipu(), "{:?}", c.node(id).log);
-        assert_eq!(c.node(id).fence().in_progress(), 0);
+        assert_eq!(c.node(id).fence().in_progress(), InProgress::None);
     }
 }
 
@@ -711,7 +711,7 @@ fn a_late_joiner_negotiates_and_is_not_fenced() {
                 assert!(matches!(n.core.proto().negotiated(), Some(Ok(_))), "{what}");
                 assert_eq!(n.agents.is_empty(), late < 10 || *id != 1, "{what}");
                 assert!(!n.fence().needs_fencing(3), "{what}");
-                assert_eq!(n.fence().in_progress(), 0, "{what}");
+                assert_eq!(n.fence().in_progress(), InProgress::None, "{what}");
             }
         }
     }
@@ -749,7 +749,7 @@ fn a_late_joiner_keeps_a_fence_clear_that_comes_before_its_protocol() {
             assert!(matches!(n.core.proto().negotiated(), Some(Ok(_))), "{what}");
             assert_eq!(
                 n.fence().in_progress(),
-                0,
+                InProgress::None,
                 "fencing no longer unknown: {what}"
             );
             // (our node 1 sends its clear again once node 2's PROTOCOL comes; C does not)
