@@ -168,13 +168,48 @@ impl InProgress {
     }
 }
 
+/// Where this node's own fencing of a node stands (C's `delay_fencing`, `fence_pid_wait`
+/// with `fence_pid`, and `fence_result_wait`, which are never set together).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AgentState {
+    /// No agent of ours for it, and no result of ours awaited.
+    #[default]
+    Idle,
+    /// Waiting for `post_join_delay`, or for another node's agent to end.
+    Delayed,
+    /// Our agent for it runs: its pid, 0 until the spawn reports it.
+    Running {
+        /// The agent's process id.
+        pid: u32,
+    },
+    /// We sent its FENCE_RESULT and wait to receive it back.
+    AwaitingResult,
+}
+
+impl AgentState {
+    /// Our agent's pid while it runs (C's `fence_pid`), else 0.
+    pub fn pid(self) -> u32 {
+        match self {
+            Self::Running { pid } => pid,
+            _ => 0,
+        }
+    }
+
+    /// A delay ends (the node was fenced or rejoined, or its agent starts now).
+    fn undelay(&mut self) {
+        if *self == Self::Delayed {
+            *self = Self::Idle;
+        }
+    }
+}
+
 /// The fence state of one daemon node (`struct node_daemon`, fence part).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FenceNode {
     /// Must be fenced before lockspaces that lost it start again.
     pub need_fencing: bool,
-    /// Waiting for `post_join_delay` or another agent.
-    pub delay_fencing: bool,
+    /// Our agent for it: idle, delayed, running, or its result awaited.
+    pub agent: AgentState,
     /// Why it left (a CPG reason), or startup fencing.
     pub left_reason: LeftReason,
     /// When it failed: monotonic and wall seconds.
@@ -194,12 +229,6 @@ pub struct FenceNode {
     /// Members present when it failed that may still fence it.
     pub actors: BTreeSet<u32>,
     pub(crate) actors_orig: BTreeSet<u32>,
-    /// Process id of our agent for it.
-    pub fence_pid: u32,
-    /// Our agent for it is running (or about to start).
-    pub pid_wait: bool,
-    /// We sent a result and wait to receive it.
-    pub result_wait: bool,
     /// Its fence devices and the one in use.
     pub(crate) methods: Vec<FenceMethod>,
     pub(crate) pos: usize,
@@ -367,7 +396,7 @@ impl Fencing {
     pub fn fence_pid(&self) -> u32 {
         self.running
             .and_then(|n| self.nodes.get(&n))
-            .map_or(0, |n| n.fence_pid)
+            .map_or(0, |n| n.agent.pid())
     }
 
     /// The work must run again in a second (`retry_fencing`).
@@ -417,15 +446,12 @@ impl Fencing {
 
     fn reset_for_fencing(n: &mut FenceNode, why: LeftReason, mono: u64, wall: u64) {
         n.need_fencing = true;
-        n.delay_fencing = false;
+        n.agent = AgentState::Idle;
         n.fence_monotime = 0;
         n.fence_walltime = 0;
         n.fenced_by_rejoin = false;
         n.actor_last = 0;
         n.actor_done = 0;
-        n.pid_wait = false;
-        n.fence_pid = 0;
-        n.result_wait = false;
         n.pos = 0;
         n.failed_result_at = None;
         n.left_reason = why;
@@ -546,7 +572,9 @@ impl Fencing {
         let Some(n) = self.nodes.get_mut(&nodeid) else {
             return Vec::new();
         };
-        n.fence_pid = pid;
+        if let AgentState::Running { pid: p } = &mut n.agent {
+            *p = pid;
+        }
         let (device, agent) = n
             .methods
             .get(n.pos)
@@ -574,11 +602,10 @@ impl Fencing {
         let Some(n) = self.nodes.get_mut(&nodeid) else {
             return out;
         };
-        if !n.pid_wait || n.fence_pid != pid {
+        if n.agent != (AgentState::Running { pid }) {
             return out; // an agent we cancelled
         }
-        n.pid_wait = false;
-        n.fence_pid = 0;
+        n.agent = AgentState::Idle;
         self.running = None;
         let next = if result == 0 {
             // the next parallel device (same base name) must succeed too
@@ -597,7 +624,7 @@ impl Fencing {
         match next {
             Some(p) => n.pos = p,
             None => {
-                n.result_wait = true;
+                n.agent = AgentState::AwaitingResult;
                 out.push(Out::SendResult {
                     nodeid,
                     result,
@@ -655,8 +682,8 @@ impl Fencing {
             );
             out.push(Out::Kick(nodeid));
         }
-        if from == our && result != RESULT_ACKED {
-            n.result_wait = false;
+        if from == our && result != RESULT_ACKED && n.agent == AgentState::AwaitingResult {
+            n.agent = AgentState::Idle;
         }
         tracing::error!(
             "fence status {nodeid} receive {result} from {from} walltime {walltime} local {}",
@@ -664,7 +691,7 @@ impl Fencing {
         );
         if success {
             n.need_fencing = false;
-            n.delay_fencing = false;
+            n.agent.undelay();
             n.fence_walltime = walltime;
             n.fence_monotime = env.now;
             n.fenced_by_rejoin = false;
@@ -678,13 +705,9 @@ impl Fencing {
                 n.actors = n.actors_orig.clone();
             }
         }
-        if result == RESULT_ACKED && n.pid_wait {
-            out.push(Out::CancelAgent {
-                nodeid,
-                pid: n.fence_pid,
-            });
-            n.pid_wait = false;
-            n.fence_pid = 0;
+        if let (RESULT_ACKED, AgentState::Running { pid }) = (result, n.agent) {
+            out.push(Out::CancelAgent { nodeid, pid });
+            n.agent = AgentState::Idle;
             self.running = None;
         }
         out.extend(self.work(env, proto));
@@ -859,7 +882,7 @@ impl Fencing {
     /// Marks a node that rejoined cleanly as fenced now.
     fn rejoined(n: &mut FenceNode, nodeid: u32, env: FenceEnv) {
         n.need_fencing = false;
-        n.delay_fencing = false;
+        n.agent.undelay();
         n.fence_walltime = env.wall;
         n.fence_monotime = env.now;
         n.fenced_by_rejoin = true;
@@ -889,10 +912,10 @@ impl Fencing {
         let Some(n) = self.nodes.get_mut(&nodeid) else {
             return false;
         };
-        if !n.need_fencing || n.pid_wait {
+        if !n.need_fencing || matches!(n.agent, AgentState::Running { .. }) {
             return false;
         }
-        if n.result_wait {
+        if n.agent == AgentState::AwaitingResult {
             tracing::debug!("fence request {nodeid} result_wait");
             return false;
         }
@@ -903,7 +926,7 @@ impl Fencing {
         }
         if !self.opts.concurrent && running.is_some() {
             tracing::debug!("fence request {nodeid} delay for other pid");
-            n.delay_fencing = true;
+            n.agent = AgentState::Delayed;
             return true;
         }
         if env.now.saturating_sub(delay_begin) < self.opts.post_join_delay {
@@ -911,10 +934,10 @@ impl Fencing {
                 "fence request {nodeid} delay {} from {delay_begin}",
                 self.opts.post_join_delay
             );
-            n.delay_fencing = true;
+            n.agent = AgentState::Delayed;
             return true;
         }
-        n.delay_fencing = false;
+        n.agent.undelay();
         // get_fence_actor: the lowest actor still a member (gone ones are dropped)
         n.actors.retain(|a| members.contains(a));
         let actor = n.actors.first().copied().unwrap_or(0);
@@ -954,7 +977,7 @@ impl Fencing {
             Err(why) => {
                 // the agent cannot even start: its failure goes out at once
                 tracing::error!("{}", why);
-                n.result_wait = true;
+                n.agent = AgentState::AwaitingResult;
                 out.push(Out::SendResult {
                     nodeid,
                     result: -1,
@@ -970,7 +993,7 @@ impl Fencing {
             stdin,
             device: m.device.clone(),
         });
-        n.pid_wait = true;
+        n.agent = AgentState::Running { pid: 0 };
         true
     }
 
@@ -983,18 +1006,16 @@ impl Fencing {
             let Some(n) = self.nodes.get_mut(&nodeid) else {
                 continue;
             };
-            if !n.need_fencing || n.delay_fencing || n.result_wait || !n.pid_wait {
+            let AgentState::Running { pid } = n.agent else {
+                continue;
+            };
+            if !n.need_fencing {
                 continue;
             }
             if proto.is_clean_member(nodeid) {
-                tracing::debug!(
-                    "fence wait {nodeid} pid {} skip for is_clean_daemon_member",
-                    n.fence_pid
-                );
-                let pid = n.fence_pid;
+                tracing::debug!("fence wait {nodeid} pid {pid} skip for is_clean_daemon_member");
                 Self::rejoined(n, nodeid, env);
-                n.pid_wait = false;
-                n.fence_pid = 0;
+                n.agent = AgentState::Idle;
                 self.running = None;
                 out.push(Out::CancelAgent { nodeid, pid });
                 continue;

@@ -5,7 +5,7 @@
 use dlm_proto::query::{StateRecord, StateType};
 
 use crate::daemon_proto::{DaemonNode, DaemonProtocol};
-use crate::fencing::{FenceNode, Fencing};
+use crate::fencing::{AgentState, FenceNode, Fencing};
 
 /// One daemon node: its protocol part and its fence part.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -125,10 +125,10 @@ pub fn node_text(n: &NodeStatus) -> String {
         u8::from(d.killed),
         f.left_reason.name(),
         u8::from(f.need_fencing),
-        u8::from(f.delay_fencing),
-        f.fence_pid,
-        u8::from(f.pid_wait),
-        u8::from(f.result_wait),
+        u8::from(f.agent == AgentState::Delayed),
+        f.agent.pid(),
+        u8::from(matches!(f.agent, AgentState::Running { .. })),
+        u8::from(f.agent == AgentState::AwaitingResult),
         f.actor_last,
         f.actor_done,
         d.add_time,
@@ -167,8 +167,7 @@ mod tests {
                 fail_monotime: 446,
                 fail_walltime: 1_795_993_876,
                 actor_last: 1,
-                pid_wait: true,
-                fence_pid: 4242,
+                agent: AgentState::Running { pid: 4242 },
                 ..FenceNode::default()
             },
         };

@@ -10,7 +10,7 @@ use dlm_controld::confchg::Confchg;
 use dlm_controld::config::{ConfFile, parse_conf};
 use dlm_controld::daemon_core::{Action, DaemonCore, Now, Start};
 use dlm_controld::daemon_proto::QuorumView;
-use dlm_controld::fencing::{FenceOpts, Fencing, InProgress, RESULT_ACKED, agent_args};
+use dlm_controld::fencing::{AgentState, FenceOpts, Fencing, InProgress, RESULT_ACKED, agent_args};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
 use dlm_proto::wire::{DAEMON_GROUP_NAME, FenceFlags, FenceResult, MsgType};
 
@@ -349,7 +349,7 @@ fn a_node_that_joined_recently_delays_fencing() {
         c.node(1)
             .fence()
             .nodes()
-            .any(|(i, n)| i == 3 && n.delay_fencing),
+            .any(|(i, n)| i == 3 && n.agent == AgentState::Delayed),
         "{:?}",
         c.node(1).log
     );
