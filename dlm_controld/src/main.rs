@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use dlm_controld::config::{CliAction, Config, DEFAULT_CONF, Options, parse_args};
+use dlm_controld::config::{CliAction, Config, Options, parse_args};
 use dlm_controld::daemon::{ClusterKind, DaemonArgs, run};
 use dlm_controld::kernel::KernelRoot;
 
@@ -126,11 +126,7 @@ fn daemon_args() -> Result<Option<DaemonArgs>, String> {
         CliAction::Run(cli) => cli,
     };
     let kernel_root = own.root;
-    let conf_path = if kernel_root.is_real() {
-        DEFAULT_CONF.into()
-    } else {
-        kernel_root.path("etc/dlm/dlm.conf")
-    };
+    let conf_path = kernel_root.conf_file();
     let conf_text = std::fs::read_to_string(&conf_path).ok();
     let config = Config::load(&cli, conf_text.as_deref()).map_err(|e| e.to_string())?;
     for w in &config.file.warnings {

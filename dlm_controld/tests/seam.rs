@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dlm_controld::kernel::KernelRoot;
+use dlm_controld::kernel::{ClusterAttrs, KernelRoot};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp, Uevent, UeventAction};
 use dlm_tests::{FakeKernel, Record};
@@ -26,30 +26,25 @@ fn configfs_and_sysfs_bytes() {
     let seam = KernelRoot::new(&dir);
     assert!(!seam.is_real());
     // setup_configfs_options / add_configfs_node for 127.0.0.1, node 1, local
-    seam.configfs_mkdir("").expect("cluster");
-    seam.configfs_write("mark", b"0").expect("mark");
-    seam.configfs_write("recover_callbacks", b"1")
-        .expect("recover_callbacks");
-    seam.configfs_write("cluster_name", b"dlmtest")
-        .expect("cluster_name");
-    seam.configfs_mkdir("comms").expect("comms");
-    seam.configfs_mkdir("comms/1").expect("comms/1");
-    seam.configfs_write("comms/1/nodeid", b"1").expect("nodeid");
+    seam.setup_cluster(&ClusterAttrs {
+        mark: 0,
+        cluster_name: "dlmtest".into(),
+        ..ClusterAttrs::default()
+    })
+    .expect("cluster");
     let mut addr = [0u8; 128];
     addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]);
-    seam.configfs_write("comms/1/addr", &addr).expect("addr");
-    seam.configfs_write("comms/1/local", b"1").expect("local");
+    seam.add_comms_node(1, &addr, true, 0).expect("comms/1");
     // a lockspace the kernel announced: id, nodir, control, event_done (with NULs)
     assert!(
         !k.announce("foo").expect("announce"),
         "nobody listens for uevents here"
     );
     let foo = LockspaceName::new(b"foo").expect("name");
-    seam.sysfs_write(&foo, "id", "1826763677").expect("id");
-    seam.sysfs_write(&foo, "control", "0").expect("control 0");
-    seam.sysfs_write(&foo, "control", "1").expect("control 1");
-    seam.sysfs_write(&foo, "event_done", "0")
-        .expect("event_done");
+    seam.set_lockspace_id(&foo, 1_826_763_677).expect("id");
+    seam.stop_lockspace(&foo).expect("control 0");
+    seam.start_lockspace(&foo).expect("control 1");
+    seam.event_done(&foo, 0).expect("event_done");
     let c = "sys/kernel/config/dlm/cluster";
     let want = [
         Record::Write(format!("{c}/comms/1/nodeid"), b"1".to_vec()),
@@ -82,16 +77,16 @@ fn configfs_and_sysfs_bytes() {
     assert_eq!(control, b"0\x001\x00");
     // errors name the path and the value
     let bar = LockspaceName::new(b"bar").expect("name");
-    let e = seam.sysfs_write(&bar, "control", "1");
+    let e = seam.start_lockspace(&bar);
     let e = e.expect_err("no such lockspace directory").to_string();
     assert!(
         e.contains("sys/kernel/dlm/bar/control") && e.contains("\"1\\0\""),
         "{e}"
     );
     // rmdir
-    seam.configfs_rmdir("comms/1").expect("rmdir");
+    seam.del_comms_node(1).expect("rmdir");
     assert!(k.wait_records(T, |r| r.contains(&Record::Rmdir(format!("{c}/comms/1")))));
-    assert_eq!(seam.configfs_list("comms"), Vec::<String>::new());
+    assert!(!dir.join(c).join("comms/1").exists());
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,8 +8,8 @@ use dlm_proto::kernel::PlockInfo;
 use dlm_proto::wire::lockspace_group_name;
 use tokio::sync::mpsc;
 
+use super::LsContext;
 use super::cluster::{ClusterGroup, Flush};
-use super::{LsContext, startup};
 use crate::clock::monotonic_secs;
 use crate::config::LockspaceConf;
 use crate::kernel::SeamError;
@@ -240,7 +240,7 @@ impl Shell {
     /// `SEND_AT_ONCE` go out at once, the rest are queued).
     fn perform_one(&mut self, a: Action, sent: &mut usize) -> Result<(), SeamError> {
         match a {
-            Action::StopKernel => self.ctx.seam.sysfs_write(self.core.name(), "control", "0"),
+            Action::StopKernel => self.ctx.seam.stop_lockspace(self.core.name()),
             Action::StartKernel {
                 write_id,
                 members,
@@ -309,13 +309,11 @@ impl Shell {
             }
             // each step on its own: a configfs error must not keep the kernel waiting
             Action::Left => {
-                if let Err(e) = startup::set_members(&self.ctx.seam, &self.text, &[], &[], |_| 0) {
+                if let Err(e) = self.ctx.seam.set_members(&self.text, &[], &[], |_| 0) {
                     tracing::error!("{e}");
                 }
                 unregister(&self.ctx, &self.text);
-                self.ctx
-                    .seam
-                    .sysfs_write(self.core.name(), "event_done", "0")
+                self.ctx.seam.event_done(self.core.name(), 0)
             }
         }
     }
@@ -331,15 +329,15 @@ impl Shell {
         let seam = &self.ctx.seam;
         let name = self.core.name();
         if write_id {
-            seam.sysfs_write(name, "id", &self.core.global_id().to_string())?;
+            seam.set_lockspace_id(name, self.core.global_id())?;
         }
         if self.conf.nodir {
-            seam.sysfs_write(name, "nodir", "1")?;
+            seam.set_nodir(name)?;
         }
-        startup::set_members(seam, &self.text, members, renew, |id| self.conf.weight(id))?;
-        seam.sysfs_write(name, "control", "1")?;
+        seam.set_members(&self.text, members, renew, |id| self.conf.weight(id))?;
+        seam.start_lockspace(name)?;
         if event_done {
-            seam.sysfs_write(name, "event_done", "0")?;
+            seam.event_done(name, 0)?;
         }
         Ok(())
     }
@@ -647,7 +645,7 @@ impl Shell {
                 // cpg_join failed: the kernel's join fails with event_done = -1
                 tracing::error!("cpg_join: {e}");
                 unregister(&ctx, &text);
-                let _ = ctx.seam.sysfs_write(&name, "event_done", "-1");
+                let _ = ctx.seam.event_done(&name, -1);
                 let _ = ctx.done.send(text);
                 return None;
             }

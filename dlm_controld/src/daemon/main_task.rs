@@ -452,7 +452,11 @@ fn apply_control(
     crate::log::set_sinks(sinks(&config.options, seam.is_real(), crate::log::json()));
     for c in changes {
         if c.opt == crate::config::Opt::LogDebug {
-            if let Err(e) = seam.configfs_write("log_debug", fmt_value(&c.new).as_bytes()) {
+            let v = match &c.new {
+                crate::config::Value::Num(n) => *n,
+                crate::config::Value::Str(_) => 0,
+            };
+            if let Err(e) = seam.set_log_debug(v) {
                 tracing::error!("set log_debug: {e}");
             }
         }

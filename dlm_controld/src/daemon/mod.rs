@@ -106,7 +106,7 @@ const EMBEDDED_NODEID: u32 = 1;
 
 /// Takes the pid file with an exclusive lock: a second daemon is refused.
 fn pid_file(seam: &KernelRoot) -> Result<fs::File, DaemonError> {
-    let path = seam.path("run/dlm_controld/dlm_controld.pid");
+    let path = seam.pid_file();
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(|e| DaemonError::Io("pid file directory", e))?;
     }
@@ -221,7 +221,7 @@ fn sinks(o: &crate::config::Options, real: bool, json: bool) -> crate::log::Sink
 async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let seam = args.kernel_root.clone();
     crate::log::init(
-        Some(&seam.path("var/log/dlm_controld/dlm_controld.log")),
+        Some(&seam.log_file()),
         sinks(&args.config.options, seam.is_real(), args.log_json),
     );
     let _pid = pid_file(&seam)?;
@@ -239,7 +239,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         .await
         .map_err(DaemonError::Unfence)?;
     // 1. configfs cluster attributes
-    startup::setup_configfs(&seam, &args.config, &cluster_name)?;
+    seam.setup_cluster(&startup::cluster_attrs(&args.config, &cluster_name))?;
     // 2. the monitor device, before our comms entry, kept open for our lifetime
     let _monitor = seam.open_misc("dlm-monitor")?;
     // 3. comms entries for the quorum members (or just us)
@@ -350,7 +350,7 @@ async fn first_quorum(
         let mut addr = [0u8; 128];
         addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]);
         let mark = args.config.file.node_marks.get(&our).copied().unwrap_or(0);
-        startup::add_node(seam, our, &addr, true, mark)?;
+        seam.add_comms_node(our, &addr, true, mark)?;
         return Ok(q);
     };
     let change = wait_quorum(s).await?;
@@ -501,7 +501,7 @@ impl Comms {
         for n in new {
             let mark = cfg.file.node_marks.get(&n).copied().unwrap_or(0);
             for a in s.addrs(n) {
-                if let Err(e) = startup::add_node(seam, n, &a.storage, n == our, mark) {
+                if let Err(e) = seam.add_comms_node(n, &a.storage, n == our, mark) {
                     tracing::error!("{e}");
                 }
             }
@@ -514,7 +514,7 @@ impl Comms {
             .filter(|n| !members.contains(n))
             .collect();
         for n in gone {
-            let _ = seam.configfs_rmdir(&format!("comms/{n}"));
+            let _ = seam.del_comms_node(n);
             self.nodes.retain(|x| *x != n);
         }
     }

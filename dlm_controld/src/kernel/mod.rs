@@ -24,6 +24,9 @@ use nix::sys::socket::{
     connect, recv, send, socket,
 };
 
+mod verbs;
+pub use verbs::ClusterAttrs;
+
 /// A kernel interface failed; the message names the path (and the value written).
 #[derive(Debug, thiserror::Error)]
 pub enum SeamError {
@@ -84,7 +87,7 @@ impl KernelRoot {
     }
 
     /// `DIR/rel`.
-    pub fn path(&self, rel: &str) -> PathBuf {
+    fn path(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
     }
 
@@ -119,13 +122,13 @@ impl KernelRoot {
     }
 
     /// Writes a configfs attribute under the cluster directory: `value` bytes, no NUL.
-    pub fn configfs_write(&self, rel: &str, value: &[u8]) -> Result<(), SeamError> {
+    fn configfs_write(&self, rel: &str, value: &[u8]) -> Result<(), SeamError> {
         self.write_file(self.path(CONFIGFS_CLUSTER).join(rel), value)
     }
 
     /// Creates a configfs directory under the cluster directory (mode 0777 under the
     /// umask, as C); an existing one is fine. `rel` empty creates `cluster` itself.
-    pub fn configfs_mkdir(&self, rel: &str) -> Result<(), SeamError> {
+    fn configfs_mkdir(&self, rel: &str) -> Result<(), SeamError> {
         let path = if rel.is_empty() {
             self.path(CONFIGFS_CLUSTER)
         } else {
@@ -141,7 +144,7 @@ impl KernelRoot {
 
     /// Removes a configfs directory. On a fake root the attribute files the daemon created
     /// go first (configfs removes its own).
-    pub fn configfs_rmdir(&self, rel: &str) -> Result<(), SeamError> {
+    fn configfs_rmdir(&self, rel: &str) -> Result<(), SeamError> {
         let path = self.path(CONFIGFS_CLUSTER).join(rel);
         if !self.is_real() {
             if let Ok(entries) = fs::read_dir(&path) {
@@ -156,7 +159,7 @@ impl KernelRoot {
     }
 
     /// Names of the entries of a configfs directory (for `clear_configfs`).
-    pub fn configfs_list(&self, rel: &str) -> Vec<String> {
+    fn configfs_list(&self, rel: &str) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(self.path(CONFIGFS_CLUSTER).join(rel))
             .map(|d| {
                 d.flatten()
@@ -170,7 +173,7 @@ impl KernelRoot {
     }
 
     /// Writes a sysfs attribute of a lockspace: the decimal text plus its NUL.
-    pub fn sysfs_write(
+    fn sysfs_write(
         &self,
         ls: &LockspaceName,
         attr: &str,
