@@ -181,6 +181,8 @@ pub struct NativeStats {
 #[derive(Debug)]
 pub struct LsCore {
     name: LockspaceName,
+    /// The name as text, shared by the plock log's records.
+    text: std::sync::Arc<str>,
     gid: u32,
     our: u32,
     embedded: bool,
@@ -240,6 +242,7 @@ impl LsCore {
     pub fn new(name: LockspaceName, our: u32, embedded: bool, seed: u64) -> Self {
         let gid = global_id(&name);
         Self {
+            text: std::sync::Arc::from(name.to_str_lossy().as_ref()),
             name,
             gid,
             our,
@@ -423,6 +426,24 @@ impl LsCore {
 
     /// `deliver_cb`: validated as C does (sender, negotiated major.minor); anything else is
     /// dropped.
+    /// `_receive_plock`'s log line, on every node, in delivery order, before any check (as
+    /// C): a PLOCK, or each request of a NATIVE batch (a decision of ours was logged when
+    /// we made it; another owner's reach us as STATEs, not requests).
+    fn log_receive(&self, now: u64, body: &Body<'_>) {
+        let line = crate::log::PlockLine::Receive;
+        match body {
+            Body::Plock(info) => crate::log::plock_op(now, &self.text, line, info),
+            Body::Native(batch) => {
+                for en in batch.entries() {
+                    if matches!(en.kind, NativeKind::Request { .. }) {
+                        crate::log::plock_op(now, &self.text, line, &en.info);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn deliver(&mut self, e: &LsEnv<'_>, from: u32, payload: &[u8]) -> Vec<Action> {
         let (header, body) = match Message::decode(payload) {
             Ok(Message { header, body }) => (header, body),
@@ -433,6 +454,7 @@ impl LsCore {
                 }];
             }
         };
+        self.log_receive(e.now, &body);
         if header.nodeid != from {
             return vec![Action::Dropped {
                 from,

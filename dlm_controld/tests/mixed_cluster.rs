@@ -304,6 +304,9 @@ fn c_and_rust_daemons_share_lockspaces_plocks_and_fencing() {
     }
     assert!(log.contains("receive plock 7 LK WR 32-3b"), "{log}");
     assert!(!log.contains("receive plock 7 ??"), "{log}");
+    // ours logs the delivery as C does, on a node that did not send it
+    let ours = m.dlm_tool(2, &["log_plock"]);
+    assert!(ours.contains("receive plock 7 LK WR 32-3b"), "{ours}");
     // ours on node 2 holds another range; GET on the C node finds it
     k2.send_plock(&req(PlockOp::LOCK, 22, 7, false, 200, 299))
         .expect("send");

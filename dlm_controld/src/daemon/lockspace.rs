@@ -506,39 +506,11 @@ impl Shell {
     }
 
     fn event(&mut self, ev: Event) {
-        // _receive_plock's log line, on every node, in delivery order
-        if let Event::Deliver { payload, .. } = &ev {
+        if matches!(ev, Event::Deliver { .. }) {
             self.metrics.received.inc();
-            self.log_receive(payload);
         }
         let actions = self.with_env(|core, env| core.event(env, ev));
         self.perform(actions);
-    }
-
-    /// The plock log's `_receive_plock` lines of a delivery: a PLOCK, or each request of a
-    /// NATIVE batch (a decision of ours was logged when we made it; another owner's reach
-    /// us as STATEs, not requests).
-    fn log_receive(&self, payload: &[u8]) {
-        use dlm_proto::wire::{Body, Message, NativeKind};
-        let line = crate::log::PlockLine::Receive;
-        let now = monotonic_secs();
-        match Message::decode(payload) {
-            Ok(Message {
-                body: Body::Plock(info),
-                ..
-            }) => crate::log::plock_op(now, &self.text, line, &info),
-            Ok(Message {
-                body: Body::Native(batch),
-                ..
-            }) => {
-                for e in batch.entries() {
-                    if matches!(e.kind, NativeKind::Request { .. }) {
-                        crate::log::plock_op(now, &self.text, line, &e.info);
-                    }
-                }
-            }
-            _ => {}
-        }
     }
 
     /// Handles events already queued, a bounded number per loop turn (the rest come

@@ -173,12 +173,7 @@ impl KernelRoot {
     }
 
     /// Writes a sysfs attribute of a lockspace: the decimal text plus its NUL.
-    fn sysfs_write(
-        &self,
-        ls: &LockspaceName,
-        attr: &str,
-        value: &str,
-    ) -> Result<(), SeamError> {
+    fn sysfs_write(&self, ls: &LockspaceName, attr: &str, value: &str) -> Result<(), SeamError> {
         let mut bytes = value.as_bytes().to_vec();
         bytes.push(0);
         let path = self
