@@ -12,7 +12,7 @@ use dlm_proto::wire::{Body, FenceFlags, FenceResult, Message, MsgType, Version3}
 
 use crate::confchg::Confchg;
 use crate::daemon_proto::{self, DaemonProtocol, QuorumView};
-use crate::fencing::{FenceEnv, FenceOpts, Fencing, Out};
+use crate::fencing::{self, FenceEnv, FenceOpts, Fencing};
 use crate::membership::FenceView;
 use crate::run::{self, Runs};
 
@@ -330,7 +330,7 @@ impl DaemonCore {
         msg_type: MsgType,
         body: Body<'_>,
         out: &mut Vec<Action>,
-    ) -> Vec<Out> {
+    ) -> Vec<fencing::Action> {
         let env = self.env(now);
         match body {
             Body::Protocol(p) => {
@@ -342,7 +342,7 @@ impl DaemonCore {
             Body::FenceResult(f) => {
                 out.push(Action::FenceReceived(match f.result {
                     0 => "fenced",
-                    crate::fencing::RESULT_ACKED => "acknowledged",
+                    fencing::RESULT_ACKED => "acknowledged",
                     _ => "failed",
                 }));
                 let (nodeid, result, wall) = (f.nodeid, f.result, f.fence_walltime);
@@ -497,17 +497,17 @@ impl DaemonCore {
     /// The protocol machine's outputs; returns the nodes it reported failed.
     fn proto_out(
         &self,
-        po: Vec<daemon_proto::Out>,
+        po: Vec<daemon_proto::Action>,
         out: &mut Vec<Action>,
     ) -> Vec<(u32, dlm_cpg::Reason)> {
         let mut failed = Vec::new();
         for o in po {
             match o {
-                daemon_proto::Out::SendProtocol(p) => {
+                daemon_proto::Action::SendProtocol(p) => {
                     out.push(Action::Send(p.encode(self.our).to_vec()))
                 }
-                daemon_proto::Out::Kick(n) => out.push(Action::Kick(n)),
-                daemon_proto::Out::Failed { nodeid, reason } => failed.push((nodeid, reason)),
+                daemon_proto::Action::Kick(n) => out.push(Action::Kick(n)),
+                daemon_proto::Action::Failed { nodeid, reason } => failed.push((nodeid, reason)),
             }
         }
         failed
@@ -515,10 +515,10 @@ impl DaemonCore {
 
     /// The fencing machine's outputs as actions (a merged member asked to leave is
     /// marked so it is asked once).
-    fn fence_out(&mut self, fo: Vec<Out>, out: &mut Vec<Action>) {
+    fn fence_out(&mut self, fo: Vec<fencing::Action>, out: &mut Vec<Action>) {
         for o in fo {
             match o {
-                Out::RunAgent {
+                fencing::Action::RunAgent {
                     nodeid,
                     agent,
                     stdin,
@@ -529,19 +529,21 @@ impl DaemonCore {
                     stdin,
                     device,
                 }),
-                Out::CancelAgent { nodeid, pid } => out.push(Action::CancelAgent { nodeid, pid }),
-                Out::SendResult {
+                fencing::Action::CancelAgent { nodeid, pid } => {
+                    out.push(Action::CancelAgent { nodeid, pid })
+                }
+                fencing::Action::SendResult {
                     nodeid,
                     result,
                     walltime,
                 } => out.push(self.fence_msg(MsgType::FENCE_RESULT, nodeid, result, 0, walltime)),
-                Out::SendClear {
+                fencing::Action::SendClear {
                     nodeid,
                     result,
                     flags,
                 } => out.push(self.fence_msg(MsgType::FENCE_CLEAR, nodeid, result, flags, 0)),
-                Out::Kick(n) => out.push(Action::Kick(n)),
-                Out::KickMerged(n) => {
+                fencing::Action::Kick(n) => out.push(Action::Kick(n)),
+                fencing::Action::KickMerged(n) => {
                     self.proto.mark_killed(n);
                     out.push(Action::Kick(n));
                 }
@@ -560,11 +562,11 @@ impl DaemonCore {
     }
 }
 
-fn run_out(ro: Vec<run::Out>, out: &mut Vec<Action>) {
+fn run_out(ro: Vec<run::Action>, out: &mut Vec<Action>) {
     for o in ro {
         match o {
-            run::Out::Send(b) => out.push(Action::Send(b)),
-            run::Out::Exec { uuid, command } => out.push(Action::Exec { uuid, command }),
+            run::Action::Send(b) => out.push(Action::Send(b)),
+            run::Action::Exec { uuid, command } => out.push(Action::Exec { uuid, command }),
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::confchg::{Confchg, failed};
 
 /// What the daemon must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Out {
+pub enum Action {
     /// Multicast this PROTOCOL body on the daemon group.
     SendProtocol(Protocol),
     /// Ask corosync to kill this node (`kick_node_from_cluster`).
@@ -157,14 +157,14 @@ impl DaemonProtocol {
     }
 
     /// `confchg_cb_daemon` (protocol part).
-    pub fn handle_confchg(&mut self, now: u64, cc: &Confchg) -> Vec<Out> {
+    pub fn handle_confchg(&mut self, now: u64, cc: &Confchg) -> Vec<Action> {
         let mut out = Vec::new();
         self.members.clone_from(&cc.members);
         for &m in &cc.members {
             self.nodes.entry(m).or_default();
         }
         if !cc.joined.is_empty() {
-            out.push(Out::SendProtocol(self.ours));
+            out.push(Action::SendProtocol(self.ours));
         }
         for (&nodeid, node) in &mut self.nodes {
             let is_member = cc.members.contains(&nodeid);
@@ -179,7 +179,7 @@ impl DaemonProtocol {
                 let had_joined = node.proto.take().is_some();
                 match cc.left_reason(nodeid) {
                     Some(reason) if had_joined && failed(reason) => {
-                        out.push(Out::Failed { nodeid, reason });
+                        out.push(Action::Failed { nodeid, reason });
                     }
                     _ => {}
                 }
@@ -191,7 +191,7 @@ impl DaemonProtocol {
 
     /// `set_protocol`'s proposal step: once every member has announced and nothing is
     /// negotiated, propose the minimums (once).
-    fn propose(&mut self) -> Option<Out> {
+    fn propose(&mut self) -> Option<Action> {
         if self.proposed || self.ours.daemon_run.version.0[0] != 0 || self.members.is_empty() {
             return None;
         }
@@ -220,7 +220,7 @@ impl DaemonProtocol {
         let mut proposal = self.ours;
         proposal.daemon_run.version = dr;
         proposal.kernel_run.version = kr;
-        Some(Out::SendProtocol(proposal))
+        Some(Action::SendProtocol(proposal))
     }
 
     /// `receive_protocol`: an announcement from `from`, already validated by the decoder.
@@ -230,7 +230,7 @@ impl DaemonProtocol {
         p: &Protocol,
         q: QuorumView,
         needs_fencing: bool,
-    ) -> Vec<Out> {
+    ) -> Vec<Action> {
         let mut out = Vec::new();
         let ours_stateful = self.ours.daemon_run.flags & ProtocolVersion::STATEFUL != 0;
         let Some(node) = self.nodes.get_mut(&from) else {
@@ -249,7 +249,7 @@ impl DaemonProtocol {
                 // two_node: the node that fenced the other kills it, once fencing is done
                 let defer = q.two_node && needs_fencing;
                 if !node.killed && !defer {
-                    out.push(Out::Kick(from));
+                    out.push(Action::Kick(from));
                 }
                 node.killed = true;
             }
@@ -261,7 +261,7 @@ impl DaemonProtocol {
             // adopt the first run protocol seen, then announce it (end of set_protocol)
             self.ours.daemon_run.version = p.daemon_run.version;
             self.ours.kernel_run.version = p.kernel_run.version;
-            out.push(Out::SendProtocol(self.ours));
+            out.push(Action::SendProtocol(self.ours));
             return out;
         }
         out.extend(self.propose());

@@ -9,7 +9,7 @@
 //! are fenced too (startup fencing), and a new daemon starts no lockspace until the older
 //! members tell it (FENCE_CLEAR) that no fencing is pending ("fence in progress unknown").
 //!
-//! Time comes in as arguments; agents, messages, kills and log lines go out as [`Out`].
+//! Time comes in as arguments; agents, messages, kills and log lines go out as [`Action`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -102,7 +102,7 @@ impl Default for FenceOpts {
 
 /// What the daemon must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Out {
+pub enum Action {
     /// Start `agent` (PATH lookup, no arguments) with `stdin`, stdout and stderr to
     /// /dev/null; report [`Fencing::agent_started`] at once and [`Fencing::agent_exited`]
     /// when it ends.
@@ -512,7 +512,7 @@ impl Fencing {
         proto: &DaemonProtocol,
         cc: &Confchg,
         failed: &[(u32, Reason)],
-    ) -> Vec<Out> {
+    ) -> Vec<Action> {
         let mut out = Vec::new();
         let we_joined = cc.joined.contains(&self.our);
         let before = std::mem::replace(&mut self.members, cc.members.clone());
@@ -560,7 +560,7 @@ impl Fencing {
     }
 
     /// `totem_cb_daemon`: the daemon group's ring; runs the fence work.
-    pub fn handle_totem(&mut self, env: FenceEnv, proto: &DaemonProtocol, seq: u64) -> Vec<Out> {
+    pub fn handle_totem(&mut self, env: FenceEnv, proto: &DaemonProtocol, seq: u64) -> Vec<Action> {
         self.daemon_ring_seq = seq;
         self.ringid_wait = false;
         self.work(env, proto)
@@ -568,7 +568,7 @@ impl Fencing {
 
     /// The agent for `nodeid` started as `pid` (one that cannot be executed ends at once with
     /// status 1, as C's child after a failed `execlp`).
-    pub fn agent_started(&mut self, nodeid: u32, pid: u32) -> Vec<Out> {
+    pub fn agent_started(&mut self, nodeid: u32, pid: u32) -> Vec<Action> {
         let Some(n) = self.nodes.get_mut(&nodeid) else {
             return Vec::new();
         };
@@ -596,7 +596,7 @@ impl Fencing {
         nodeid: u32,
         pid: u32,
         result: i32,
-    ) -> Vec<Out> {
+    ) -> Vec<Action> {
         tracing::error!("fence result {nodeid} pid {pid} result {result} exit status");
         let mut out = Vec::new();
         let Some(n) = self.nodes.get_mut(&nodeid) else {
@@ -625,7 +625,7 @@ impl Fencing {
             Some(p) => n.pos = p,
             None => {
                 n.agent = AgentState::AwaitingResult;
-                out.push(Out::SendResult {
+                out.push(Action::SendResult {
                     nodeid,
                     result,
                     walltime: env.wall,
@@ -637,8 +637,8 @@ impl Fencing {
     }
 
     /// `fence_ack_node`: the operator says the node is fenced.
-    pub fn fence_ack(&self, env: FenceEnv, nodeid: u32) -> Out {
-        Out::SendResult {
+    pub fn fence_ack(&self, env: FenceEnv, nodeid: u32) -> Action {
+        Action::SendResult {
             nodeid,
             result: RESULT_ACKED,
             walltime: env.wall,
@@ -654,7 +654,7 @@ impl Fencing {
         nodeid: u32,
         result: i32,
         walltime: u64,
-    ) -> Vec<Out> {
+    ) -> Vec<Action> {
         let mut out = Vec::new();
         if let Some(i) = self.startup.iter().position(|&s| s == nodeid) {
             self.startup.remove(i);
@@ -680,7 +680,7 @@ impl Fencing {
             tracing::error!(
                 "receive_fence_result {nodeid} from {from} result {result} node is daemon_member"
             );
-            out.push(Out::Kick(nodeid));
+            out.push(Action::Kick(nodeid));
         }
         if from == our && result != RESULT_ACKED && n.agent == AgentState::AwaitingResult {
             n.agent = AgentState::Idle;
@@ -706,7 +706,7 @@ impl Fencing {
             }
         }
         if let (RESULT_ACKED, AgentState::Running { pid }) = (result, n.agent) {
-            out.push(Out::CancelAgent { nodeid, pid });
+            out.push(Action::CancelAgent { nodeid, pid });
             n.agent = AgentState::Idle;
             self.running = None;
         }
@@ -723,7 +723,7 @@ impl Fencing {
         nodeid: u32,
         result: i32,
         flags: u32,
-    ) -> Vec<Out> {
+    ) -> Vec<Action> {
         let mut out = Vec::new();
         let fipu = self.fipu;
         let Some(n) = self.nodes.get_mut(&nodeid) else {
@@ -761,7 +761,7 @@ impl Fencing {
 
     /// `daemon_fence_work`: called on every daemon event and once a second while
     /// [`Self::retry`].
-    pub fn work(&mut self, env: FenceEnv, proto: &DaemonProtocol) -> Vec<Out> {
+    pub fn work(&mut self, env: FenceEnv, proto: &DaemonProtocol) -> Vec<Action> {
         let mut out = Vec::new();
         if !self.allowed {
             return out;
@@ -771,7 +771,7 @@ impl Fencing {
         out
     }
 
-    fn work_inner(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+    fn work_inner(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Action>) -> bool {
         if self.ringid_wait {
             tracing::debug!("fence work wait for cpg ringid");
             return true;
@@ -797,7 +797,7 @@ impl Fencing {
     }
 
     /// Stateful merges block fencing until cleared (non-two_node); true: wait.
-    fn merges(&mut self, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+    fn merges(&mut self, proto: &DaemonProtocol, out: &mut Vec<Action>) -> bool {
         let (mut gone, mut part, mut merge, mut clean) = (0, 0, 0, 0);
         let mut low = 0;
         for (&id, d) in proto.nodes() {
@@ -824,7 +824,7 @@ impl Fencing {
                 for (&id, d) in proto.nodes() {
                     if d.stateful_merge && !d.killed {
                         tracing::error!("daemon node {id} kill stateful merge member");
-                        out.push(Out::KickMerged(id));
+                        out.push(Action::KickMerged(id));
                     }
                 }
             }
@@ -889,7 +889,12 @@ impl Fencing {
         n.actor_done = nodeid;
     }
 
-    fn request_step(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+    fn request_step(
+        &mut self,
+        env: FenceEnv,
+        proto: &DaemonProtocol,
+        out: &mut Vec<Action>,
+    ) -> bool {
         let mut retry = false;
         for nodeid in self.order.clone() {
             retry |= self.request_node(nodeid, env, proto, out);
@@ -904,7 +909,7 @@ impl Fencing {
         nodeid: u32,
         env: FenceEnv,
         proto: &DaemonProtocol,
-        out: &mut Vec<Out>,
+        out: &mut Vec<Action>,
     ) -> bool {
         let running = self.running;
         let delay_begin = self.fence_delay_begin;
@@ -964,7 +969,7 @@ impl Fencing {
 
     /// The agent of `n`'s current method started (`true`), or its failure sent at once when
     /// it cannot even start (no such method, bad arguments).
-    fn start_agent(n: &mut FenceNode, nodeid: u32, env: FenceEnv, out: &mut Vec<Out>) -> bool {
+    fn start_agent(n: &mut FenceNode, nodeid: u32, env: FenceEnv, out: &mut Vec<Action>) -> bool {
         let extra = format!("fail_time={}\n", n.fail_walltime);
         let request = match n.methods.get(n.pos) {
             None => Err(format!("fence request {nodeid} no config pos {}", n.pos)),
@@ -978,7 +983,7 @@ impl Fencing {
                 // the agent cannot even start: its failure goes out at once
                 tracing::error!("{}", why);
                 n.agent = AgentState::AwaitingResult;
-                out.push(Out::SendResult {
+                out.push(Action::SendResult {
                     nodeid,
                     result: -1,
                     walltime: env.wall,
@@ -987,7 +992,7 @@ impl Fencing {
             }
         };
         tracing::debug!("fence request {nodeid} pos {}", n.pos);
-        out.push(Out::RunAgent {
+        out.push(Action::RunAgent {
             nodeid,
             agent: m.agent.clone(),
             stdin,
@@ -1000,7 +1005,7 @@ impl Fencing {
     /// Outstanding agents whose node rejoined cleanly are cancelled; a running agent
     /// keeps the work retrying (C polls it with waitpid; here its exit arrives as
     /// [`Self::agent_exited`]).
-    fn check_step(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Out>) -> bool {
+    fn check_step(&mut self, env: FenceEnv, proto: &DaemonProtocol, out: &mut Vec<Action>) -> bool {
         let mut retry = false;
         for nodeid in self.order.clone() {
             let Some(n) = self.nodes.get_mut(&nodeid) else {
@@ -1017,7 +1022,7 @@ impl Fencing {
                 Self::rejoined(n, nodeid, env);
                 n.agent = AgentState::Idle;
                 self.running = None;
-                out.push(Out::CancelAgent { nodeid, pid });
+                out.push(Action::CancelAgent { nodeid, pid });
                 continue;
             }
             retry = true;
@@ -1025,7 +1030,7 @@ impl Fencing {
         retry
     }
 
-    fn fipu_step(&mut self, out: &mut Vec<Out>) {
+    fn fipu_step(&mut self, out: &mut Vec<Action>) {
         let need = self.nodes.values().any(|n| n.need_fencing);
         if self.opts.startup
             && self.fipu
@@ -1070,7 +1075,7 @@ impl Fencing {
                     n.need_fence_clear &= !FenceFlags::CLEAR_FIPU;
                 }
                 if flags != 0 {
-                    out.push(Out::SendClear {
+                    out.push(Action::SendClear {
                         nodeid: m,
                         result: 0,
                         flags,
@@ -1093,7 +1098,7 @@ impl Fencing {
                 self.fipu = false;
                 tracing::debug!("fence_in_progress_unknown 0 all_fipu");
             } else if self.last_join_seq > self.send_fipu_seq {
-                out.push(Out::SendClear {
+                out.push(Action::SendClear {
                     nodeid: self.our,
                     result: RESULT_FIPU,
                     flags: FenceFlags::FIPU,

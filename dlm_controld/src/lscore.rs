@@ -16,7 +16,7 @@ use dlm_proto::wire::{
 };
 
 use crate::log::{PLOCK_DEBUG_TARGET, PLOCK_TARGET};
-use crate::membership::{ChangeInfo, Effect, Env, FenceView, Membership, NodeHistory};
+use crate::membership::{self, ChangeInfo, Env, FenceView, Membership, NodeHistory};
 use crate::native::{CLAIM_MAX, Local, OWNED_MAX, Owners, RELEASE_AT, ReplyOrder};
 
 /// What the lockspace's shell must do, in order.
@@ -970,11 +970,11 @@ impl LsCore {
         }
     }
 
-    fn perform(&mut self, e: &LsEnv<'_>, fx: Vec<Effect>) -> Vec<Action> {
+    fn perform(&mut self, e: &LsEnv<'_>, fx: Vec<membership::Action>) -> Vec<Action> {
         let mut out = Vec::new();
         for f in fx {
             match f {
-                Effect::StopKernel => {
+                membership::Action::StopKernel => {
                     // a membership change ends a transfer in progress: what went out is
                     // stale and a joiner of ours starts over at the next start (§5.8)
                     self.sending = None;
@@ -985,9 +985,9 @@ impl LsCore {
                     self.local.dirty.clear();
                     out.push(Action::StopKernel);
                 }
-                Effect::PurgePlocks(n) => self.held.push(Item::Purge(n)),
-                Effect::KickNode(n) => out.push(Action::KickNode(n)),
-                Effect::SendStart { seq, flags, body } => {
+                membership::Action::PurgePlocks(n) => self.held.push(Item::Purge(n)),
+                membership::Action::KickNode(n) => out.push(Action::KickNode(n)),
+                membership::Action::SendStart { seq, flags, body } => {
                     let header = DlmHeader {
                         flags: HeaderFlags(flags),
                         msgdata: seq,
@@ -995,7 +995,7 @@ impl LsCore {
                     };
                     out.push(Action::Send(body.encode(&header)));
                 }
-                Effect::StartKernel {
+                membership::Action::StartKernel {
                     write_id,
                     members,
                     renew,
@@ -1007,7 +1007,7 @@ impl LsCore {
                     renew,
                     event_done,
                 }),
-                Effect::Started {
+                membership::Action::Started {
                     plock_data_node,
                     nodes_added,
                     ..
@@ -1016,7 +1016,7 @@ impl LsCore {
                     self.alone = self.mem.started_members().len() == 1;
                     self.prepare_plocks(e, plock_data_node, nodes_added, &mut out);
                 }
-                Effect::Left => {
+                membership::Action::Left => {
                     self.left = true;
                     out.push(Action::Left);
                 }

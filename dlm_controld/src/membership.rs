@@ -9,7 +9,7 @@
 //!
 //! Inputs: [`Membership::handle_confchg`], [`Membership::handle_totem`],
 //! [`Membership::handle_start`], and [`Membership::poll`] (the once-a-second retry of a
-//! waiting change). Each returns the [`Effect`]s to perform, in order. The environment
+//! waiting change). Each returns the [`Action`]s to perform, in order. The environment
 //! (time, quorum, fencing) comes in as an [`Env`].
 
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ use crate::log::PLOCK_DEBUG_TARGET;
 
 /// What the daemon must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub enum Action {
     /// Write `control` = 0 (`stop_kernel`).
     StopKernel,
     /// Drop the plocks of a node that left or failed (`purge_plocks`).
@@ -396,17 +396,17 @@ impl Membership {
     }
 
     /// `confchg_cb`: a membership change of the lockspace group.
-    pub fn handle_confchg(&mut self, env: &Env<'_>, cc: &Confchg) -> Vec<Effect> {
+    pub fn handle_confchg(&mut self, env: &Env<'_>, cc: &Confchg) -> Vec<Action> {
         let (members, left, joined) = (&cc.members[..], &cc.left[..], &cc.joined[..]);
         let mut fx = Vec::new();
         if self.leaving && left.iter().any(|(n, _)| *n == self.our) {
             // our own leave: the final callback
             tracing::debug!("confchg for our leave");
             if !self.kernel_stopped {
-                fx.push(Effect::StopKernel);
+                fx.push(Action::StopKernel);
                 self.kernel_stopped = true;
             }
-            fx.push(Effect::Left);
+            fx.push(Action::Left);
             return fx;
         }
         // add_change
@@ -430,10 +430,10 @@ impl Membership {
         self.changes.push(cg);
         // stop_kernel, then purge the plocks of every removed node, then apply
         if !self.kernel_stopped {
-            fx.push(Effect::StopKernel);
+            fx.push(Action::StopKernel);
             self.kernel_stopped = true;
         }
-        fx.extend(removed.into_iter().map(Effect::PurgePlocks));
+        fx.extend(removed.into_iter().map(Action::PurgePlocks));
         self.apply_changes(env, &mut fx);
         fx
     }
@@ -477,7 +477,7 @@ impl Membership {
         env: &Env<'_>,
         cg: &mut Change,
         left: &[(u32, Reason)],
-        fx: &mut Vec<Effect>,
+        fx: &mut Vec<Action>,
     ) {
         for &(nodeid, reason) in left {
             let failed = crate::confchg::failed(reason);
@@ -514,7 +514,7 @@ impl Membership {
                 }
             }
             if reason == Reason::ProcDown {
-                fx.push(Effect::KickNode(nodeid));
+                fx.push(Action::KickNode(nodeid));
             }
         }
     }
@@ -552,7 +552,7 @@ impl Membership {
     }
 
     /// `totem_cb`: the group's ring changed.
-    pub fn handle_totem(&mut self, env: &Env<'_>, ring_seq: u64) -> Vec<Effect> {
+    pub fn handle_totem(&mut self, env: &Env<'_>, ring_seq: u64) -> Vec<Action> {
         self.cpg_ring_seq = ring_seq;
         self.ring_wait = false;
         let mut fx = Vec::new();
@@ -561,7 +561,7 @@ impl Membership {
     }
 
     /// A condition may have changed (quorum, fencing): retry the waiting change.
-    pub fn poll(&mut self, env: &Env<'_>) -> Vec<Effect> {
+    pub fn poll(&mut self, env: &Env<'_>) -> Vec<Action> {
         let mut fx = Vec::new();
         self.apply_changes(env, &mut fx);
         fx
@@ -575,7 +575,7 @@ impl Membership {
         flags: u32,
         seq: u32,
         body: &StartBody,
-    ) -> Vec<Effect> {
+    ) -> Vec<Action> {
         let mut fx = Vec::new();
         tracing::debug!(
             from,
@@ -749,7 +749,7 @@ impl Membership {
     }
 
     /// `apply_changes` on the newest pending change.
-    fn apply_changes(&mut self, env: &Env<'_>, fx: &mut Vec<Effect>) {
+    fn apply_changes(&mut self, env: &Env<'_>, fx: &mut Vec<Action>) {
         let Some(newest) = self.changes.len().checked_sub(1) else {
             return;
         };
@@ -767,7 +767,7 @@ impl Membership {
                         && old.failed_count == start.failed_count
                         && old.members.iter().all(|m| start.memb(m.nodeid).is_some());
                     if same {
-                        fx.push(Effect::SendStart {
+                        fx.push(Action::SendStart {
                             seq: old.seq,
                             flags: HeaderFlags::NACK | self.start_flags(),
                             body: self.body(old),
@@ -786,7 +786,7 @@ impl Membership {
                     body.remove_count,
                     body.failed_count
                 );
-                fx.push(Effect::SendStart {
+                fx.push(Action::SendStart {
                     seq: start.seq,
                     flags: self.start_flags(),
                     body,
@@ -839,7 +839,7 @@ impl Membership {
     }
 
     /// `start_kernel`
-    fn start_kernel(&mut self, fx: &mut Vec<Effect>) {
+    fn start_kernel(&mut self, fx: &mut Vec<Action>) {
         if !self.kernel_stopped {
             return;
         }
@@ -863,7 +863,7 @@ impl Membership {
             start.seq,
             members.len()
         );
-        fx.push(Effect::StartKernel {
+        fx.push(Action::StartKernel {
             seq: start.seq,
             write_id: self.joining,
             members,
@@ -875,7 +875,7 @@ impl Membership {
     }
 
     /// `prepare_plocks` (the decision; the transfer itself belongs to the plock path)
-    fn prepare_plocks(&mut self, fx: &mut Vec<Effect>) {
+    fn prepare_plocks(&mut self, fx: &mut Vec<Action>) {
         let Some(start) = self.changes.last() else {
             return;
         };
@@ -906,7 +906,7 @@ impl Membership {
         if data_node == 0 {
             self.need_plocks = false;
         }
-        fx.push(Effect::Started {
+        fx.push(Action::Started {
             plock_data_node: data_node,
             nodes_added,
             need_plocks: self.need_plocks,

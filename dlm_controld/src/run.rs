@@ -15,7 +15,7 @@ const MAX_ARG_LEN: usize = 255;
 
 /// What the daemon must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Out {
+pub enum Action {
     /// Multicast these bytes on the daemon group.
     Send(Vec<u8>),
     /// Run this command here; report with [`Runs::local_result`].
@@ -138,7 +138,7 @@ impl Runs {
         flags: u32,
         command: &[u8],
         uuid: String,
-    ) -> (i32, Vec<Out>) {
+    ) -> (i32, Vec<Action>) {
         let mut out = Vec::new();
         if command.len() > RUN_COMMAND_LEN - 1 || command.contains(&0) {
             return (-1, out);
@@ -171,14 +171,14 @@ impl Runs {
             command,
         };
         match req.encode(&self.header(version, MsgType::RUN_REQUEST)) {
-            Ok(bytes) => out.push(Out::Send(bytes)),
+            Ok(bytes) => out.push(Action::Send(bytes)),
             Err(e) => {
                 tracing::error!("run start {uuid}: {e}");
                 return (-1, Vec::new());
             }
         }
         if flags & RunStartFlags::NODE_FIRST != 0 {
-            out.push(Out::Exec {
+            out.push(Action::Exec {
                 uuid: uuid.clone(),
                 command: text.clone(),
             });
@@ -196,7 +196,7 @@ impl Runs {
     }
 
     /// `receive_run_request` from `from`.
-    pub fn receive_request(&mut self, from: u32, req: &RunRequest<'_>) -> Vec<Out> {
+    pub fn receive_request(&mut self, from: u32, req: &RunRequest<'_>) -> Vec<Action> {
         let uuid = String::from_utf8_lossy(req.uuid).into_owned();
         tracing::debug!("receive_run_request {uuid} from {from}");
         let mut out = Vec::new();
@@ -214,7 +214,7 @@ impl Runs {
                 tracing::debug!("receive_run_request from self no uuid {uuid}");
                 return out;
             }
-            out.push(Out::Exec { uuid, command });
+            out.push(Action::Exec { uuid, command });
             return out;
         }
         let prefix: String = command.chars().take(128).collect();
@@ -233,7 +233,7 @@ impl Runs {
                 results: Vec::new(),
             },
         );
-        out.push(Out::Exec { uuid, command });
+        out.push(Action::Exec { uuid, command });
         out
     }
 
@@ -245,7 +245,7 @@ impl Runs {
         uuid: &str,
         pid: i32,
         result: i32,
-    ) -> Vec<Out> {
+    ) -> Vec<Action> {
         let our = self.our_i32();
         let header = self.header(version, MsgType::RUN_REPLY);
         let Some(pos) = self.runs.iter().position(|r| r.uuid == uuid) else {
@@ -264,7 +264,7 @@ impl Runs {
         tracing::debug!("send_run_reply {uuid} result {result}");
         let mut out = Vec::new();
         match rep.encode(&header) {
-            Ok(b) => out.push(Out::Send(b)),
+            Ok(b) => out.push(Action::Send(b)),
             Err(e) => tracing::error!("send_run_reply {uuid}: {e}"),
         }
         if run.info.start_nodeid != our {
@@ -275,7 +275,7 @@ impl Runs {
     }
 
     /// `receive_run_reply` from `from`: only the starting node counts results.
-    pub fn receive_reply(&mut self, from: u32, rep: &RunReply<'_>) -> Vec<Out> {
+    pub fn receive_reply(&mut self, from: u32, rep: &RunReply<'_>) -> Vec<Action> {
         let uuid = String::from_utf8_lossy(rep.uuid).into_owned();
         tracing::debug!(
             "receive_run_reply {uuid} from {from} result {}",
@@ -434,7 +434,7 @@ mod tests {
             uuid.clone(),
         );
         assert_eq!(rv, 0);
-        let Some(Out::Send(bytes)) = out.iter().find(|o| matches!(o, Out::Send(_))) else {
+        let Some(Action::Send(bytes)) = out.iter().find(|o| matches!(o, Action::Send(_))) else {
             panic!("{out:?}")
         };
         // the observed RUN_REQUEST of `dlm_tool run -n lvm lvs`: run_info 0,1,0,0,... flags 1
@@ -446,21 +446,21 @@ mod tests {
         assert_eq!(req.info.start_nodeid, 1);
         assert_eq!(req.info.need_replies, 2, "nodes 2 and 3, not the starter");
         assert_eq!(req.command, b"lvm lvs ");
-        assert!(!out.iter().any(|o| matches!(o, Out::Exec { .. })));
+        assert!(!out.iter().any(|o| matches!(o, Action::Exec { .. })));
         // the starter ignores its own request (no NODE_RECV); node 2 runs it
         assert!(
             !n1.receive_request(1, &req)
                 .iter()
-                .any(|o| matches!(o, Out::Exec { .. }))
+                .any(|o| matches!(o, Action::Exec { .. }))
         );
         let o2 = n2.receive_request(1, &req);
-        assert!(o2.contains(&Out::Exec {
+        assert!(o2.contains(&Action::Exec {
             uuid: uuid.clone(),
             command: "lvm lvs ".into()
         }));
         let o2 = n2.local_result(v(), &uuid, 4242, 5);
         assert!(n2.runs().is_empty(), "a non-starter forgets the run");
-        let Some(Out::Send(rep)) = o2.iter().find(|o| matches!(o, Out::Send(_))) else {
+        let Some(Action::Send(rep)) = o2.iter().find(|o| matches!(o, Action::Send(_))) else {
             panic!()
         };
         assert_eq!(rep.len(), 136);
@@ -507,7 +507,7 @@ mod tests {
             b"lvm lvs",
             "u".into(),
         );
-        assert!(out.iter().any(|o| matches!(o, Out::Exec { .. })));
+        assert!(out.iter().any(|o| matches!(o, Action::Exec { .. })));
         assert_eq!(n1.runs()[0].info.need_replies, 1, "only node 3 answers");
         let (rv, _) = n1.start(v(), &[1], 0, 0, &[b'x'; 1024], "w".into());
         assert_eq!(rv, -1);

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use dlm_controld::confchg::Confchg;
-use dlm_controld::daemon_proto::{DaemonProtocol, Out, ProtoError, QuorumView};
+use dlm_controld::daemon_proto::{Action, DaemonProtocol, ProtoError, QuorumView};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
 use dlm_proto::wire::{Body, DAEMON_GROUP_NAME, Message, Version3};
 
@@ -16,16 +16,16 @@ struct Node {
     sent: Vec<Vec<u8>>,
 }
 
-fn perform(n: &mut Node, out: Vec<Out>, nodeid: u32) {
+fn perform(n: &mut Node, out: Vec<Action>, nodeid: u32) {
     for o in out {
         match o {
-            Out::SendProtocol(p) => {
+            Action::SendProtocol(p) => {
                 let bytes = p.encode(nodeid).to_vec();
                 n.sent.push(bytes.clone());
                 n.group.mcast(&bytes).expect("mcast");
             }
-            Out::Kick(k) => n.kicked.push(k),
-            Out::Failed { .. } => {}
+            Action::Kick(k) => n.kicked.push(k),
+            Action::Failed { .. } => {}
         }
     }
 }
@@ -157,7 +157,7 @@ fn mixed_maxima_negotiate_down_and_another_major_is_refused() {
     foreign.daemon_run.version = Version3([4, 0, 0]);
     foreign.kernel_run.version = Version3([1, 1, 1]);
     let out = m.handle_protocol(8, &foreign, QuorumView::default(), false);
-    assert!(matches!(out.as_slice(), [Out::SendProtocol(_)]));
+    assert!(matches!(out.as_slice(), [Action::SendProtocol(_)]));
     assert!(matches!(
         m.negotiated(),
         Some(Err(ProtoError::Incompatible { .. }))

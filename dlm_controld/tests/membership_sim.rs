@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use dlm_controld::confchg::Confchg;
-use dlm_controld::membership::{Effect, Env, FenceView, Membership};
+use dlm_controld::membership::{Action, Env, FenceView, Membership};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
 use dlm_proto::query::WaitCondition;
 use dlm_proto::wire::{Body, DlmHeader, HeaderFlags, Message, MsgType, Version3};
@@ -82,16 +82,16 @@ impl World {
         );
     }
 
-    fn perform(node: &mut Node, fx: Vec<Effect>) {
+    fn perform(node: &mut Node, fx: Vec<Action>) {
         for e in fx {
             match e {
-                Effect::StopKernel => node.stops += 1,
-                Effect::PurgePlocks(n) => node.purged.push(n),
-                Effect::StartKernel { members, .. } => node.starts.push(members),
-                Effect::Started { .. } => node.mem.plocks_ready(),
-                Effect::Left => node.left = true,
-                Effect::KickNode(_) => {}
-                Effect::SendStart { seq, flags, body } => {
+                Action::StopKernel => node.stops += 1,
+                Action::PurgePlocks(n) => node.purged.push(n),
+                Action::StartKernel { members, .. } => node.starts.push(members),
+                Action::Started { .. } => node.mem.plocks_ready(),
+                Action::Left => node.left = true,
+                Action::KickNode(_) => {}
+                Action::SendStart { seq, flags, body } => {
                     let header = DlmHeader {
                         global_id: GID,
                         flags: HeaderFlags(flags),
@@ -370,7 +370,7 @@ fn first_start_of_a_lone_join_is_cs() {
     );
     assert_eq!(m.wait_condition(), WaitCondition::Ringid);
     let fx = m.handle_totem(&env, 5);
-    let Some(Effect::SendStart { seq, flags, body }) = fx.first() else {
+    let Some(Action::SendStart { seq, flags, body }) = fx.first() else {
         panic!("{fx:?}")
     };
     let header = DlmHeader {
@@ -401,11 +401,11 @@ fn first_start_of_a_lone_join_is_cs() {
     // its own START delivered back completes the join: id, control, event_done
     let fx = m.handle_start(&env, 1, *flags, *seq, body);
     assert!(
-        matches!(&fx[0], Effect::StartKernel { write_id: true, event_done: true, members, .. } if members == &[1])
+        matches!(&fx[0], Action::StartKernel { write_id: true, event_done: true, members, .. } if members == &[1])
     );
     assert!(matches!(
         &fx[1],
-        Effect::Started {
+        Action::Started {
             plock_data_node: 1,
             need_plocks: false,
             ..
