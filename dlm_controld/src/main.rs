@@ -19,6 +19,8 @@ struct Own {
     metrics: Option<String>,
     /// `--log-format` (dlm.conf's `log_format=` when absent).
     log_format: Option<String>,
+    /// `--syslog on|off` (default: on for the real kernel root).
+    syslog: Option<bool>,
 }
 
 /// Removes this implementation's own options from the argument list.
@@ -28,6 +30,7 @@ fn own_options(args: &mut Vec<String>) -> Result<Own, String> {
         cluster: ClusterKind::Corosync,
         metrics: None,
         log_format: None,
+        syslog: None,
     };
     let mut rest = Vec::new();
     let mut it = std::mem::take(args).into_iter();
@@ -37,13 +40,20 @@ fn own_options(args: &mut Vec<String>) -> Result<Own, String> {
             _ => (a.clone(), None),
         };
         match key.as_str() {
-            "--kernel-root" | "--cluster" | "--metrics" | "--log-format" => {
+            "--kernel-root" | "--cluster" | "--metrics" | "--log-format" | "--syslog" => {
                 let v = inline
                     .or_else(|| it.next())
                     .ok_or(format!("option {key} requires arg"))?;
                 match key.as_str() {
                     "--metrics" => own.metrics = Some(v),
                     "--log-format" => own.log_format = Some(v),
+                    "--syslog" => {
+                        own.syslog = Some(match v.as_str() {
+                            "on" => true,
+                            "off" => false,
+                            _ => return Err(format!("--syslog must be on or off, not {v}")),
+                        });
+                    }
                     "--kernel-root" => own.root = KernelRoot::new(v),
                     _ => {
                         own.cluster = match v.as_str() {
@@ -126,6 +136,7 @@ fn daemon_args() -> Result<Option<DaemonArgs>, String> {
         CliAction::Run(cli) => cli,
     };
     let kernel_root = own.root;
+    let kernel_root_real = kernel_root.is_real();
     let conf_path = kernel_root.conf_file();
     let conf_text = std::fs::read_to_string(&conf_path).ok();
     let config = Config::load(&cli, conf_text.as_deref()).map_err(|e| e.to_string())?;
@@ -148,6 +159,7 @@ fn daemon_args() -> Result<Option<DaemonArgs>, String> {
         conf_path: Some(conf_path),
         metrics,
         log_json,
+        syslog: own.syslog.unwrap_or(kernel_root_real),
     }))
 }
 
@@ -165,5 +177,8 @@ fn print_usage() {
     );
     println!(
         "  --log-format c|json\n        lines of the log file and stderr: C's text or JSON objects [c]\n"
+    );
+    println!(
+        "  --syslog on|off\n        lines to syslog (LOCAL4) [on with the real kernel root]\n"
     );
 }

@@ -367,6 +367,15 @@ fn logs_c_lines_in_the_ring_and_json_in_the_file() {
     std::fs::create_dir_all(dir.join("etc/dlm")).expect("mkdir");
     std::fs::write(dir.join("etc/dlm/dlm.conf"), "log_format=bogus\n").expect("conf");
     let ns = Netns::new("log").expect("netns");
+    let out = daemon_cmd(&ns, &dir)
+        .args(["--syslog", "maybe"])
+        .output()
+        .expect("run dlm_controld");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--syslog must be on or off, not maybe"),
+        "{out:?}"
+    );
     let out = daemon_cmd(&ns, &dir).output().expect("run dlm_controld");
     assert_eq!(out.status.code(), Some(1));
     assert!(

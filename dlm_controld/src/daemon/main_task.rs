@@ -449,7 +449,11 @@ fn apply_control(
             ch
         }
     };
-    crate::log::set_sinks(sinks(&config.options, seam.is_real(), crate::log::json()));
+    crate::log::set_sinks(sinks(
+        &config.options,
+        crate::log::syslog(),
+        crate::log::json(),
+    ));
     for c in changes {
         if c.opt == crate::config::Opt::LogDebug {
             let v = match &c.new {

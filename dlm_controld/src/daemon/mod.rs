@@ -68,6 +68,9 @@ pub struct DaemonArgs {
     pub metrics: Option<std::net::SocketAddr>,
     /// `--log-format json`: JSON lines to the log file and stderr.
     pub log_json: bool,
+    /// `--syslog on|off`: lines to syslog (LOCAL4) as C's daemon does; on by default on
+    /// the real kernel, off under a fake one.
+    pub syslog: bool,
 }
 
 /// Why the daemon stopped.
@@ -205,14 +208,14 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     r
 }
 
-/// Where log lines go for these options (syslog only for the real kernel, not in tests).
-fn sinks(o: &crate::config::Options, real: bool, json: bool) -> crate::log::Sinks {
+/// Where log lines go for these options (`--syslog`, `--log-format`).
+fn sinks(o: &crate::config::Options, syslog: bool, json: bool) -> crate::log::Sinks {
     use crate::config::Opt;
     crate::log::Sinks {
         stderr: o.on(Opt::DaemonDebug),
         plock_stderr: o.on(Opt::PlockDebug),
         debug_logfile: o.on(Opt::DebugLogfile),
-        syslog: real,
+        syslog,
         json,
     }
 }
@@ -222,7 +225,7 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     let seam = args.kernel_root.clone();
     crate::log::init(
         Some(&seam.log_file()),
-        sinks(&args.config.options, seam.is_real(), args.log_json),
+        sinks(&args.config.options, args.syslog, args.log_json),
     );
     let _pid = pid_file(&seam)?;
     tracing::info!(

@@ -208,6 +208,11 @@ pub fn json() -> bool {
     logger().lock().is_ok_and(|l| l.sinks.json)
 }
 
+/// Whether lines go to syslog (`--syslog`, fixed at start).
+pub fn syslog() -> bool {
+    logger().lock().is_ok_and(|l| l.sinks.syslog)
+}
+
 /// Local time in a strftime `format`.
 fn local_time(format: &std::ffi::CStr) -> String {
     let mut buf = [0u8; 64];
