@@ -690,20 +690,9 @@ impl Fencing {
             env.now
         );
         if success {
-            n.need_fencing = false;
-            n.agent.undelay();
-            n.fence_walltime = walltime;
-            n.fence_monotime = env.now;
-            n.fenced_by_rejoin = false;
-            n.actor_done = from;
+            Self::fenced_by(n, from, walltime, env.now);
         } else {
-            // the next lowest actor tries, at C's pace
-            n.failed_result_at = Some(env.now);
-            n.actors.remove(&from);
-            if n.actors.is_empty() && self.opts.repeat_failed {
-                tracing::debug!("clear_fence_actor {from} restoring original actors to retry");
-                n.actors = n.actors_orig.clone();
-            }
+            Self::failed_by(n, from, env.now, self.opts.repeat_failed);
         }
         if let (RESULT_ACKED, AgentState::Running { pid }) = (result, n.agent) {
             out.push(Action::CancelAgent { nodeid, pid });
@@ -712,6 +701,27 @@ impl Fencing {
         }
         out.extend(self.work(env, proto));
         out
+    }
+
+    /// A FENCE_RESULT of success (or fence_ack) from `from`: the node is fenced.
+    fn fenced_by(n: &mut FenceNode, from: u32, walltime: u64, now: u64) {
+        n.need_fencing = false;
+        n.agent.undelay();
+        n.fence_walltime = walltime;
+        n.fence_monotime = now;
+        n.fenced_by_rejoin = false;
+        n.actor_done = from;
+    }
+
+    /// A failed FENCE_RESULT from `from`: the next lowest actor tries, at C's pace
+    /// (`clear_fence_actor`; the original actors again with `repeat_failed_fencing`).
+    fn failed_by(n: &mut FenceNode, from: u32, now: u64, repeat_failed: bool) {
+        n.failed_result_at = Some(now);
+        n.actors.remove(&from);
+        if n.actors.is_empty() && repeat_failed {
+            tracing::debug!("clear_fence_actor {from} restoring original actors to retry");
+            n.actors = n.actors_orig.clone();
+        }
     }
 
     /// `receive_fence_clear` from `from`.
@@ -1043,69 +1053,78 @@ impl Fencing {
             tracing::debug!("fence_in_progress_unknown 0 startup");
         }
         if !self.fipu {
-            // case B: the lowest settled member tells new members nothing is pending
-            let low = self
-                .members
-                .iter()
-                .copied()
-                .filter(|m| self.nodes.get(m).is_some_and(|n| n.need_fence_clear == 0))
-                .min()
-                .unwrap_or(0);
-            for &m in &self.members {
-                let Some(n) = self.nodes.get_mut(&m) else {
-                    continue;
-                };
-                if n.need_fence_clear == 0 {
-                    continue;
-                }
-                if m == self.our {
-                    n.need_fence_clear = 0;
-                    continue;
-                }
-                if low != self.our {
-                    continue;
-                }
-                let mut flags = 0;
-                if n.need_fence_clear & FenceFlags::CLEAR_STARTUP != 0 {
-                    flags |= FenceFlags::CLEAR_STARTUP;
-                    n.need_fence_clear &= !FenceFlags::CLEAR_STARTUP;
-                }
-                if n.need_fence_clear & FenceFlags::CLEAR_FIPU != 0 && !need {
-                    flags |= FenceFlags::CLEAR_FIPU;
-                    n.need_fence_clear &= !FenceFlags::CLEAR_FIPU;
-                }
-                if flags != 0 {
-                    out.push(Action::SendClear {
-                        nodeid: m,
-                        result: 0,
-                        flags,
-                    });
-                }
-            }
+            self.send_clears(need, out);
         }
         if !self.opts.startup && self.fipu {
-            // case C: everyone started together without startup fencing
-            let all = self
-                .members
-                .iter()
-                .all(|m| self.nodes.get(m).is_some_and(|n| n.fipu));
-            if all && !self.members.is_empty() {
-                for m in &self.members {
-                    if let Some(n) = self.nodes.get_mut(m) {
-                        n.fipu = false;
-                    }
-                }
-                self.fipu = false;
-                tracing::debug!("fence_in_progress_unknown 0 all_fipu");
-            } else if self.last_join_seq > self.send_fipu_seq {
-                out.push(Action::SendClear {
-                    nodeid: self.our,
-                    result: RESULT_FIPU,
-                    flags: FenceFlags::FIPU,
-                });
-                tracing::debug!("send_fence_clear {} fipu", self.our);
-                self.send_fipu_seq = self.last_join_seq;
+            self.all_fipu(out);
+        }
+    }
+
+    /// Case B: the lowest settled member tells new members nothing is pending.
+    fn send_clears(&mut self, need: bool, out: &mut Vec<Action>) {
+        let low = self
+            .members
+            .iter()
+            .copied()
+            .filter(|m| self.nodes.get(m).is_some_and(|n| n.need_fence_clear == 0))
+            .min()
+            .unwrap_or(0);
+        for &m in &self.members {
+            let Some(n) = self.nodes.get_mut(&m) else {
+                continue;
+            };
+            if n.need_fence_clear == 0 {
+                continue;
             }
+            if m == self.our {
+                n.need_fence_clear = 0;
+                continue;
+            }
+            if low != self.our {
+                continue;
+            }
+            let mut flags = 0;
+            if n.need_fence_clear & FenceFlags::CLEAR_STARTUP != 0 {
+                flags |= FenceFlags::CLEAR_STARTUP;
+                n.need_fence_clear &= !FenceFlags::CLEAR_STARTUP;
+            }
+            if n.need_fence_clear & FenceFlags::CLEAR_FIPU != 0 && !need {
+                flags |= FenceFlags::CLEAR_FIPU;
+                n.need_fence_clear &= !FenceFlags::CLEAR_FIPU;
+            }
+            if flags != 0 {
+                out.push(Action::SendClear {
+                    nodeid: m,
+                    result: 0,
+                    flags,
+                });
+            }
+        }
+    }
+
+    /// Case C: everyone started together without startup fencing, or we announce our
+    /// fence-in-progress-unknown to those who joined since we last did.
+    fn all_fipu(&mut self, out: &mut Vec<Action>) {
+        let all = self
+            .members
+            .iter()
+            .all(|m| self.nodes.get(m).is_some_and(|n| n.fipu));
+        if all && !self.members.is_empty() {
+            for m in &self.members {
+                if let Some(n) = self.nodes.get_mut(m) {
+                    n.fipu = false;
+                }
+            }
+            self.fipu = false;
+            tracing::debug!("fence_in_progress_unknown 0 all_fipu");
+        } else if self.last_join_seq > self.send_fipu_seq {
+            out.push(Action::SendClear {
+                nodeid: self.our,
+                result: RESULT_FIPU,
+                flags: FenceFlags::FIPU,
+            });
+            tracing::debug!("send_fence_clear {} fipu", self.our);
+            self.send_fipu_seq = self.last_join_seq;
         }
     }
 }

@@ -455,17 +455,8 @@ impl LsCore {
             }
         };
         self.log_receive(e.now, &body);
-        if header.nodeid != from {
-            return vec![Action::Dropped {
-                from,
-                why: format!("header names node {} as its sender", header.nodeid),
-            }];
-        }
-        if header.version.0[..2] != [3, 1] {
-            return vec![Action::Dropped {
-                from,
-                why: format!("protocol version {:?}, not 3.1", header.version.0),
-            }];
+        if let Err(why) = check_header(&header, from) {
+            return vec![Action::Dropped { from, why }];
         }
         let mut out = Vec::new();
         match body {
@@ -498,20 +489,7 @@ impl LsCore {
             Body::PlocksData(d)
                 if self.need_plocks && self.save_plocks && from == self.data_from =>
             {
-                // a refused chunk is dropped; the digest of the joiner shows it
-                let _ = self.plocks.restore(e.now_ms, d.resource, d.entries());
-                if let Some((_, n)) = self.transfer.as_mut() {
-                    *n += 1;
-                }
-                tracing::debug!(
-                    target: PLOCK_TARGET,
-                    "recv_plocks_data {from}:{} n {} o {} locks {} len {}",
-                    header.msgdata,
-                    d.resource.number,
-                    d.resource.owner,
-                    d.entries().count(),
-                    payload.len()
-                );
+                self.receive_plocks_data(e, from, header.msgdata, &d, payload.len());
             }
             Body::PlocksDone(_) => {
                 tracing::debug!(
@@ -530,6 +508,29 @@ impl LsCore {
             _ => {}
         }
         out
+    }
+
+    /// `receive_plocks_data`: one resource of the state a joiner waits for.
+    fn receive_plocks_data(
+        &mut self,
+        e: &LsEnv<'_>,
+        from: u32,
+        seq: u32,
+        d: &dlm_proto::wire::PlocksData<'_>,
+        len: usize,
+    ) {
+        // a refused chunk is dropped; the digest of the joiner shows it
+        let _ = self.plocks.restore(e.now_ms, d.resource, d.entries());
+        if let Some((_, n)) = self.transfer.as_mut() {
+            *n += 1;
+        }
+        tracing::debug!(
+            target: PLOCK_TARGET,
+            "recv_plocks_data {from}:{seq} n {} o {} locks {} len {len}",
+            d.resource.number,
+            d.resource.owner,
+            d.entries().count(),
+        );
     }
 
     /// A NATIVE batch, entry by entry (a STATE with its HELD entries as one item).
@@ -1318,4 +1319,14 @@ fn info_of(header: &PlockInfo, d: &dlm_proto::wire::PlockData) -> PlockInfo {
         owner: d.owner,
         ..*header
     }
+}
+/// A delivery's header is from its sender and speaks protocol 3.1 (`dlm_header` checks).
+fn check_header(h: &DlmHeader, from: u32) -> Result<(), String> {
+    if h.nodeid != from {
+        return Err(format!("header names node {} as its sender", h.nodeid));
+    }
+    if h.version.0[..2] != [3, 1] {
+        return Err(format!("protocol version {:?}, not 3.1", h.version.0));
+    }
+    Ok(())
 }
