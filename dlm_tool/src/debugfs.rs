@@ -321,47 +321,7 @@ fn print_lkb(out: &mut String, line: &str, ri: &mut Rinfo, o: DebugOpts) {
     let (id, nodeid, remid, pid) = (n[1], n[2], n[3], n[4]);
     let (exflags, flags, status, gr, rq) = (n[6], n[7], n[8], n[9], n[10]);
     let (highbast, lookup, wait_type, timestamp, time_bast) = (n[11], n[12], n[13], n[15], n[16]);
-    ri.lkb_count += 1;
-    if status == GRANTED {
-        if ri.print_granted == 0 {
-            out.push_str("Granted\n");
-        }
-        ri.print_granted += 1;
-        ri.lkb_granted += 1;
-    }
-    if status == CONVERT {
-        if ri.print_convert == 0 {
-            out.push_str("Convert\n");
-        }
-        ri.print_convert += 1;
-        ri.lkb_convert += 1;
-    }
-    if status == WAITING {
-        if ri.print_waiting == 0 {
-            out.push_str("Waiting\n");
-        }
-        ri.print_waiting += 1;
-        ri.lkb_waiting += 1;
-    }
-    if lookup != 0 {
-        if ri.print_lookup == 0 {
-            out.push_str("Lookup\n");
-        }
-        ri.print_lookup += 1;
-        ri.lkb_lookup += 1;
-    }
-    if wait_type != 0 {
-        ri.lkb_wait_msg += 1;
-    }
-    if ri.nodeid == 0 {
-        if nodeid != 0 {
-            ri.lkb_master_copy += 1;
-        } else {
-            ri.lkb_local_copy += 1;
-        }
-    } else {
-        ri.lkb_process_copy += 1;
-    }
+    count_lkb(out, ri, status, lookup, wait_type, nodeid);
     let grmode = if status == GRANTED || status == CONVERT {
         mode_str(gr).to_owned()
     } else if status == WAITING || lookup != 0 {
@@ -405,6 +365,58 @@ fn print_lkb(out: &mut String, line: &str, ri: &mut Rinfo, o: DebugOpts) {
     );
     if o.verbose && !o.wide {
         let _ = writeln!(out, "{verbose}");
+    }
+}
+
+/// `print_lkb`'s counts, and the heading of each queue before its first lock.
+fn count_lkb(
+    out: &mut String,
+    ri: &mut Rinfo,
+    status: i64,
+    lookup: i64,
+    wait_type: i64,
+    nodeid: i64,
+) {
+    ri.lkb_count += 1;
+    if status == GRANTED {
+        if ri.print_granted == 0 {
+            out.push_str("Granted\n");
+        }
+        ri.print_granted += 1;
+        ri.lkb_granted += 1;
+    }
+    if status == CONVERT {
+        if ri.print_convert == 0 {
+            out.push_str("Convert\n");
+        }
+        ri.print_convert += 1;
+        ri.lkb_convert += 1;
+    }
+    if status == WAITING {
+        if ri.print_waiting == 0 {
+            out.push_str("Waiting\n");
+        }
+        ri.print_waiting += 1;
+        ri.lkb_waiting += 1;
+    }
+    if lookup != 0 {
+        if ri.print_lookup == 0 {
+            out.push_str("Lookup\n");
+        }
+        ri.print_lookup += 1;
+        ri.lkb_lookup += 1;
+    }
+    if wait_type != 0 {
+        ri.lkb_wait_msg += 1;
+    }
+    if ri.nodeid == 0 {
+        if nodeid != 0 {
+            ri.lkb_master_copy += 1;
+        } else {
+            ri.lkb_local_copy += 1;
+        }
+    } else {
+        ri.lkb_process_copy += 1;
     }
 }
 
@@ -495,67 +507,82 @@ pub(crate) fn lockdebug(f: &DebugFiles, o: DebugOpts) -> (String, String) {
     count_rinfo(&mut out, &mut s, &ri);
     out.push('\n');
     if let Some(t) = &f.toss {
-        for line in t.split_inclusive('\n') {
-            if line.starts_with("rsb") {
-                print_rsb_toss(&mut out, &mut err, line);
-                s.toss_total += 1;
-                out.push('\n');
-            }
-        }
+        print_toss(&mut out, &mut err, &mut s, t);
     }
     if let Some(t) = &f.waiters {
-        let mut header = false;
-        for line in t.split_inclusive('\n') {
-            if !header {
-                out.push_str("\nExpecting reply\n");
-                header = true;
-            }
-            let (rv, n, _) = scan(line, "xdd");
-            if rv != 3 {
-                let _ = write!(out, "waiters: {line}");
-                continue;
-            }
-            let body = line.strip_suffix('\n').unwrap_or(line);
-            let rname: String = body
-                .splitn(4, ' ')
-                .nth(3)
-                .unwrap_or("")
-                .chars()
-                .take(64)
-                .collect();
-            let _ = writeln!(
-                out,
-                "nodeid {:2} msg {} lkid {:08x} resource \"{rname}\"",
-                n[2],
-                msg_str(n[1]),
-                n[0] & 0xffff_ffff
-            );
-            s.expect_replies += 1;
-        }
+        print_waiters(&mut out, &mut s, t);
     }
     if o.summarize {
-        let _ = write!(
-            out,
-            "\nrsb\n  active        {}\n  master        {}\n  remote master {}\n  lookup master {}\n  with lvb      {}\n  with no locks {}\n  nodeid error  {}\n  inactive      {}\n\nlkb\n  total         {}\n  granted       {}\n  convert       {}\n  waiting       {}\n  local copy    {}\n  master copy   {}\n  process copy  {}\n  rsb lookup    {}\n  wait message  {}\n  expect reply  {}\n",
-            s.rsb_total,
-            s.rsb_master,
-            s.rsb_local,
-            s.rsb_lookup,
-            s.rsb_with_lvb,
-            s.rsb_no_locks,
-            s.rsb_nodeid_error,
-            s.toss_total,
-            s.lkb_count,
-            s.lkb_granted,
-            s.lkb_convert,
-            s.lkb_waiting,
-            s.lkb_local_copy,
-            s.lkb_master_copy,
-            s.lkb_process_copy,
-            s.lkb_lookup,
-            s.lkb_wait_msg,
-            s.expect_replies
-        );
+        print_summary(&mut out, &s);
     }
     (out, err)
+}
+
+/// The toss list (`_toss`): each inactive rsb, counted.
+fn print_toss(out: &mut String, err: &mut String, s: &mut Summary, t: &str) {
+    for line in t.split_inclusive('\n') {
+        if line.starts_with("rsb") {
+            print_rsb_toss(out, err, line);
+            s.toss_total += 1;
+            out.push('\n');
+        }
+    }
+}
+
+/// The replies this node expects (`_waiters`), counted.
+fn print_waiters(out: &mut String, s: &mut Summary, t: &str) {
+    let mut header = false;
+    for line in t.split_inclusive('\n') {
+        if !header {
+            out.push_str("\nExpecting reply\n");
+            header = true;
+        }
+        let (rv, n, _) = scan(line, "xdd");
+        if rv != 3 {
+            let _ = write!(out, "waiters: {line}");
+            continue;
+        }
+        let body = line.strip_suffix('\n').unwrap_or(line);
+        let rname: String = body
+            .splitn(4, ' ')
+            .nth(3)
+            .unwrap_or("")
+            .chars()
+            .take(64)
+            .collect();
+        let _ = writeln!(
+            out,
+            "nodeid {:2} msg {} lkid {:08x} resource \"{rname}\"",
+            n[2],
+            msg_str(n[1]),
+            n[0] & 0xffff_ffff
+        );
+        s.expect_replies += 1;
+    }
+}
+
+/// `-s`: the counts of every kind.
+fn print_summary(out: &mut String, s: &Summary) {
+    let _ = write!(
+        out,
+        "\nrsb\n  active        {}\n  master        {}\n  remote master {}\n  lookup master {}\n  with lvb      {}\n  with no locks {}\n  nodeid error  {}\n  inactive      {}\n\nlkb\n  total         {}\n  granted       {}\n  convert       {}\n  waiting       {}\n  local copy    {}\n  master copy   {}\n  process copy  {}\n  rsb lookup    {}\n  wait message  {}\n  expect reply  {}\n",
+        s.rsb_total,
+        s.rsb_master,
+        s.rsb_local,
+        s.rsb_lookup,
+        s.rsb_with_lvb,
+        s.rsb_no_locks,
+        s.rsb_nodeid_error,
+        s.toss_total,
+        s.lkb_count,
+        s.lkb_granted,
+        s.lkb_convert,
+        s.lkb_waiting,
+        s.lkb_local_copy,
+        s.lkb_master_copy,
+        s.lkb_process_copy,
+        s.lkb_lookup,
+        s.lkb_wait_msg,
+        s.expect_replies
+    );
 }

@@ -133,37 +133,79 @@ Options:
 
 /// getopt("MhVnm:e:f:vwsi:") with GNU permutation, then the first known command word and
 /// the word after it (`decode_arguments`).
+/// The options of a command line (C's and this tool's own).
+#[derive(Debug)]
+struct Flags {
+    all: bool,
+    verbose: bool,
+    json: bool,
+    waits: bool,
+    exit_code: bool,
+    wait_sec: u64,
+    mode: u32,
+    excl: bool,
+    fs: bool,
+    root: std::path::PathBuf,
+    mstcpy: bool,
+    wide: bool,
+    summarize: bool,
+}
+
+impl Default for Flags {
+    fn default() -> Self {
+        Self {
+            all: false,
+            verbose: false,
+            json: false,
+            waits: false,
+            exit_code: false,
+            wait_sec: 0,
+            mode: 0o600,
+            excl: false,
+            fs: false,
+            root: "/".into(),
+            mstcpy: false,
+            wide: false,
+            summarize: false,
+        }
+    }
+}
+
+/// What the options leave: the words (command and its arguments), or `-h`/`-V`.
+enum Words {
+    Command(Vec<String>),
+    Early(Op),
+}
+
 fn parse(args: &[String]) -> Result<Op, String> {
-    let mut all = false;
-    let mut verbose = false;
-    let mut json = false;
-    let mut waits = false;
-    let mut exit_code = false;
-    let mut wait_sec = 0u64;
-    let mut mode = 0o600u32;
-    let mut excl = false;
-    let mut fs = false;
-    let mut root = std::path::PathBuf::from("/");
-    let (mut mstcpy, mut wide, mut summarize) = (false, false, false);
+    let mut f = Flags::default();
+    match read_flags(args, &mut f)? {
+        Words::Early(op) => Ok(op),
+        Words::Command(words) => command(f, &words),
+    }
+}
+
+/// The options, as C's getopt and this tool's long options take them.
+fn read_flags(args: &[String], f: &mut Flags) -> Result<Words, String> {
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         // this tool's own long options
         if a == "--json" {
-            json = true;
+            f.json = true;
             continue;
         }
         if a == "--waits" {
-            waits = true;
+            f.waits = true;
             continue;
         }
         if a == "--exit-code" {
-            exit_code = true;
+            f.exit_code = true;
             continue;
         }
         if a == "--kernel-root" {
             match it.next() {
-                Some(d) => root = d.into(),
+                Some(d) => f.root = d.into(),
                 None => return Err("--kernel-root needs a directory".to_owned()),
             }
             continue;
@@ -178,13 +220,13 @@ fn parse(args: &[String]) -> Result<Op, String> {
         };
         for (i, c) in opts.char_indices() {
             match c {
-                'n' => all = true,
-                'v' => verbose = true,
-                'M' => mstcpy = true,
-                's' => summarize = true,
-                'w' => wide = true,
-                'h' => return Ok(Op::Help),
-                'V' => return Ok(Op::Version),
+                'n' => f.all = true,
+                'v' => f.verbose = true,
+                'M' => f.mstcpy = true,
+                's' => f.summarize = true,
+                'w' => f.wide = true,
+                'h' => return Ok(Words::Early(Op::Help)),
+                'V' => return Ok(Words::Early(Op::Version)),
                 'm' | 'e' | 'f' | 'i' => {
                     // the argument is the rest of this word or the next word
                     let arg = if opts.len() == i + 1 {
@@ -197,10 +239,10 @@ fn parse(args: &[String]) -> Result<Op, String> {
                     };
                     // atoi / sscanf("%o"): a bad number is 0
                     match c {
-                        'i' => wait_sec = arg.parse().unwrap_or(0),
-                        'm' => mode = u32::from_str_radix(&arg, 8).unwrap_or(0),
-                        'e' => excl = arg.parse::<i32>().unwrap_or(0) != 0,
-                        _ => fs = arg.parse::<i32>().unwrap_or(0) != 0,
+                        'i' => f.wait_sec = arg.parse().unwrap_or(0),
+                        'm' => f.mode = u32::from_str_radix(&arg, 8).unwrap_or(0),
+                        'e' => f.excl = arg.parse::<i32>().unwrap_or(0) != 0,
+                        _ => f.fs = arg.parse::<i32>().unwrap_or(0) != 0,
                     }
                     break;
                 }
@@ -208,141 +250,163 @@ fn parse(args: &[String]) -> Result<Op, String> {
             }
         }
     }
-    let known = [
-        "ls",
-        "plocks",
-        "status",
-        "dump",
-        "dump_config",
-        "log_plock",
-        "run_list",
-        "reload_config",
-        "set_config",
-        "fence_ack",
-        "run",
-        "run_start",
-        "run_check",
-        "run_cancel",
-        "join",
-        "leave",
-        "joinleave",
-        "deadlock_check",
-        "lockdump",
-        "lockdebug",
-    ];
-    let Some(at) = words.iter().position(|w| known.contains(&w.as_str())) else {
+    Ok(Words::Command(words))
+}
+
+const KNOWN: [&str; 20] = [
+    "ls",
+    "plocks",
+    "status",
+    "dump",
+    "dump_config",
+    "log_plock",
+    "run_list",
+    "reload_config",
+    "set_config",
+    "fence_ack",
+    "run",
+    "run_start",
+    "run_check",
+    "run_cancel",
+    "join",
+    "leave",
+    "joinleave",
+    "deadlock_check",
+    "lockdump",
+    "lockdebug",
+];
+
+/// Every word, each followed by a space, as C builds a run's command and 4.2.0 the text of
+/// `set_config`.
+fn spaced(words: &[String]) -> String {
+    words.iter().map(|w| format!("{w} ")).collect()
+}
+
+/// `join`, `leave`, `joinleave`: the name checked, C's flags (`DLM_LSFL_NEWEXCL` 8,
+/// `DLM_LSFL_FS` 4).
+fn join_op(
+    cmd: &str,
+    name: Option<String>,
+    mode: u32,
+    excl: bool,
+    fs: bool,
+    root: std::path::PathBuf,
+) -> Result<Op, String> {
+    let name = name.ok_or_else(|| "lockspace name required".to_owned())?;
+    if dlm_proto::LockspaceName::new(name.as_bytes()).is_err() {
+        return Err(format!("bad lockspace name {name:?}"));
+    }
+    let flags = (if excl { 8 } else { 0 }) | (if fs { 4 } else { 0 });
+    Ok(Op::Join {
+        join: cmd != "leave",
+        leave: cmd != "join",
+        name,
+        mode,
+        flags,
+        root,
+    })
+}
+
+/// The command among the words, with its flags.
+fn command(f: Flags, words: &[String]) -> Result<Op, String> {
+    let Some(at) = words.iter().position(|w| KNOWN.contains(&w.as_str())) else {
         return Err("no command".to_owned());
     };
-    let name = words.get(at + 1).cloned();
-    match words[at].as_str() {
+    let (cmd, rest) = (words[at].as_str(), &words[at + 1..]);
+    let name = rest.first().cloned();
+    let need_name = || "lockspace name required".to_owned();
+    match cmd {
         "ls" => Ok(Op::List {
             name,
-            all,
-            json,
-            exit_code,
+            all: f.all,
+            json: f.json,
+            exit_code: f.exit_code,
         }),
         "plocks" => name
-            .map(|name| Op::Plocks { name, json, waits })
-            .ok_or_else(|| "lockspace name required".to_owned()),
-        "status" => Ok(Op::Status { verbose, json }),
+            .map(|name| Op::Plocks {
+                name,
+                json: f.json,
+                waits: f.waits,
+            })
+            .ok_or_else(need_name),
+        "status" => Ok(Op::Status {
+            verbose: f.verbose,
+            json: f.json,
+        }),
         "reload_config" => Ok(Op::ReloadConfig),
         "lockdump" | "lockdebug" => name
             .map(|name| Op::Debugfs {
                 name,
-                dump: words[at] == "lockdump",
-                mstcpy,
+                dump: cmd == "lockdump",
+                mstcpy: f.mstcpy,
                 opts: debugfs::DebugOpts {
-                    verbose,
-                    wide,
-                    summarize,
+                    verbose: f.verbose,
+                    wide: f.wide,
+                    summarize: f.summarize,
                 },
-                root: root.clone(),
+                root: f.root.clone(),
             })
-            .ok_or_else(|| "lockspace name required".to_owned()),
-        "deadlock_check" => name
-            .map(|_| Op::DeadlockCheck)
-            .ok_or_else(|| "lockspace name required".to_owned()),
-        "join" | "leave" | "joinleave" => {
-            let name = name.ok_or_else(|| "lockspace name required".to_owned())?;
-            if dlm_proto::LockspaceName::new(name.as_bytes()).is_err() {
-                return Err(format!("bad lockspace name {name:?}"));
-            }
-            // DLM_LSFL_NEWEXCL 8, DLM_LSFL_FS 4
-            let flags = (if excl { 8 } else { 0 }) | (if fs { 4 } else { 0 });
-            Ok(Op::Join {
-                join: words[at] != "leave",
-                leave: words[at] != "join",
-                name,
-                mode,
-                flags,
-                root,
-            })
-        }
-        "run" | "run_start" => {
-            // every word after the command, each followed by a space, as C builds it
-            let text: String = words[at + 1..].iter().map(|w| format!("{w} ")).collect();
-            if text.is_empty() {
-                return Err("run needs a command".to_owned());
-            }
-            if text.len() >= dlm_proto::query::EXTRA_SIZE {
-                return Err("command too long".to_owned());
-            }
-            Ok(Op::Run {
-                start: Some(text.into_bytes()),
-                check: words[at] == "run",
-                uuid: None,
-                cancel: false,
-                all,
-                wait_sec,
-            })
-        }
-        "run_check" | "run_cancel" => name
-            .map(|u| Op::Run {
-                start: None,
-                check: true,
-                uuid: Some(u),
-                cancel: words[at] == "run_cancel",
-                all,
-                wait_sec,
-            })
-            .ok_or_else(|| "run uuid required".to_owned()),
+            .ok_or_else(need_name),
+        "deadlock_check" => name.map(|_| Op::DeadlockCheck).ok_or_else(need_name),
+        "join" | "leave" | "joinleave" => join_op(cmd, name, f.mode, f.excl, f.fs, f.root),
+        "run" | "run_start" | "run_check" | "run_cancel" => run_op(cmd, rest, &f),
         "fence_ack" => name
             .as_deref()
             .and_then(|n| n.parse::<i32>().ok())
             .filter(|&n| n > 0)
             .map(Op::FenceAck)
             .ok_or_else(|| "fence_ack needs a node id".to_owned()),
-        "set_config" => {
-            // every word after the command, each followed by a space (as 4.2.0 sends them)
-            let text: String = words[at + 1..].iter().map(|w| format!("{w} ")).collect();
-            if text.is_empty() {
-                Err("set_config needs key=value arguments".to_owned())
-            } else if text.len() >= dlm_proto::query::EXTRA_SIZE {
-                Err(format!(
-                    "set_config text too long (max {})",
-                    dlm_proto::query::EXTRA_SIZE - 1
-                ))
-            } else {
-                Ok(Op::SetConfig(text))
-            }
-        }
-        "dump" => Ok(Op::Dump {
-            command: Command::DUMP_DEBUG,
-            json,
-        }),
-        "dump_config" => Ok(Op::Dump {
-            command: Command::DUMP_CONFIG,
-            json,
-        }),
-        "log_plock" => Ok(Op::Dump {
-            command: Command::DUMP_LOG_PLOCK,
-            json,
-        }),
-        "run_list" => Ok(Op::Dump {
-            command: Command::DUMP_RUN,
-            json,
+        "set_config" => set_config_op(rest),
+        "dump" | "dump_config" | "log_plock" | "run_list" => Ok(Op::Dump {
+            command: match cmd {
+                "dump" => Command::DUMP_DEBUG,
+                "dump_config" => Command::DUMP_CONFIG,
+                "log_plock" => Command::DUMP_LOG_PLOCK,
+                _ => Command::DUMP_RUN,
+            },
+            json: f.json,
         }),
         other => Err(format!("{other}: unknown command")),
+    }
+}
+
+/// `run`, `run_start` (the command's words), `run_check`, `run_cancel` (a uuid).
+fn run_op(cmd: &str, rest: &[String], f: &Flags) -> Result<Op, String> {
+    let (start, uuid) = if cmd == "run" || cmd == "run_start" {
+        let text = spaced(rest);
+        if text.is_empty() {
+            return Err("run needs a command".to_owned());
+        }
+        if text.len() >= dlm_proto::query::EXTRA_SIZE {
+            return Err("command too long".to_owned());
+        }
+        (Some(text.into_bytes()), None)
+    } else {
+        let u = rest.first().cloned().ok_or("run uuid required")?;
+        (None, Some(u))
+    };
+    Ok(Op::Run {
+        check: cmd != "run_start",
+        cancel: cmd == "run_cancel",
+        start,
+        uuid,
+        all: f.all,
+        wait_sec: f.wait_sec,
+    })
+}
+
+/// `set_config key=value ...`: the text 4.2.0 sends, within one request's extra bytes.
+fn set_config_op(rest: &[String]) -> Result<Op, String> {
+    let text = spaced(rest);
+    if text.is_empty() {
+        Err("set_config needs key=value arguments".to_owned())
+    } else if text.len() >= dlm_proto::query::EXTRA_SIZE {
+        Err(format!(
+            "set_config text too long (max {})",
+            dlm_proto::query::EXTRA_SIZE - 1
+        ))
+    } else {
+        Ok(Op::SetConfig(text))
     }
 }
 
@@ -576,6 +640,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    execute(op)
+}
+
+/// Carries out one command line's operation; the exit code says how it went.
+fn execute(op: Op) -> ExitCode {
     match op {
         Op::Help => write_out(USAGE.as_bytes()),
         Op::Version => write_out(
@@ -590,57 +659,9 @@ fn main() -> ExitCode {
             all,
             json,
             exit_code,
-        } => match list(name.as_deref(), all, json) {
-            Ok(l) => {
-                let c = write_out(l.out.as_bytes());
-                if exit_code && l.code != 0 {
-                    ExitCode::from(l.code)
-                } else {
-                    c
-                }
-            }
-            Err(ClientError::Errno(ENOENT)) => {
-                fail(&format!("no lockspace {}", name.unwrap_or_default()))
-            }
-            Err(e) => fail(&e),
-        },
-        Op::Plocks { name, json, waits } => {
-            match client::dump_plocks(name.as_bytes(), json || waits) {
-                Ok((_, d)) if d == -ENOENT => fail(&format!("no lockspace {name}")),
-                Ok((text, d)) => {
-                    let code = if waits {
-                        write_out(
-                            waits::show(&name, &String::from_utf8_lossy(&text), json).as_bytes(),
-                        )
-                    } else if json {
-                        write_out(json::plocks(&name, &String::from_utf8_lossy(&text)).as_bytes())
-                    } else {
-                        write_out(&text)
-                    };
-                    if d == -ENOSPC {
-                        eprintln!(
-                            "dlm_tool: the daemon cut the dump short (a C dlm_controld caps it at 1 MiB)"
-                        );
-                    }
-                    code
-                }
-                Err(e) => fail(&e),
-            }
-        }
-        Op::Status { verbose, json } => match client::status_records() {
-            Ok(recs) if json => write_out(json::status(&recs).as_bytes()),
-            Ok(recs) => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                write_out(status::format(&recs, verbose, now).as_bytes())
-            }
-            Err(e) => {
-                // the C client's words, on stdout; but a non-zero exit for monitors
-                let _ = write_out(b"cannot connect to dlm_controld\n");
-                fail(&e)
-            }
-        },
+        } => ls(name.as_deref(), all, json, exit_code),
+        Op::Plocks { name, json, waits } => plocks(&name, json, waits),
+        Op::Status { verbose, json } => status(verbose, json),
         Op::ReloadConfig => match client::send_main(&Request::ReloadConfig) {
             Ok(()) => write_out(b"reload_config done\n"),
             Err(e) => {
@@ -678,45 +699,7 @@ fn main() -> ExitCode {
             mstcpy,
             opts,
             root,
-        } => {
-            let dir = root.join("sys/kernel/debug/dlm");
-            let read = |suffix: &str| std::fs::read_to_string(dir.join(format!("{name}{suffix}")));
-            let (out, err) = if dump {
-                match read("_locks") {
-                    Ok(t) => debugfs::lockdump(&t, mstcpy),
-                    Err(e) => (
-                        String::new(),
-                        format!(
-                            "can't open {}: {e}\n",
-                            dir.join(format!("{name}_locks")).display()
-                        ),
-                    ),
-                }
-            } else {
-                let files = debugfs::DebugFiles {
-                    all: read("_all").ok(),
-                    old: read("").ok(),
-                    toss: read("_toss").ok(),
-                    waiters: read("_waiters").ok(),
-                };
-                if files.all.is_none() && files.old.is_none() {
-                    (
-                        String::new(),
-                        format!("can't open {}: no such file\n", dir.join(&name).display()),
-                    )
-                } else {
-                    debugfs::lockdebug(&files, opts)
-                }
-            };
-            eprint!("{err}");
-            let code = write_out(out.as_bytes());
-            // C exits 0 even when it cannot read the file; a monitor wants to know
-            if err.starts_with("can't open") {
-                ExitCode::FAILURE
-            } else {
-                code
-            }
-        }
+        } => debug_files(&root, &name, dump, mstcpy, opts),
         Op::DeadlockCheck => match client::send_main(&Request::DeadlockCheck) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e),
@@ -735,23 +718,134 @@ fn main() -> ExitCode {
                 fail(&e)
             }
         },
-        Op::Dump { command, json } => match client::dump(command, None) {
-            Ok((text, _)) if json => {
-                let t = String::from_utf8_lossy(&text);
-                let out = if command == Command::DUMP_CONFIG {
-                    json::config(&t)
-                } else {
-                    json::lines(&t)
-                };
-                write_out(out.as_bytes())
+        Op::Dump { command, json } => dump(command, json),
+    }
+}
+
+/// `dlm_tool ls [-n] [--json] [--exit-code] [name]`.
+fn ls(name: Option<&str>, all: bool, json: bool, exit_code: bool) -> ExitCode {
+    match list(name, all, json) {
+        Ok(l) => {
+            let c = write_out(l.out.as_bytes());
+            if exit_code && l.code != 0 {
+                ExitCode::from(l.code)
+            } else {
+                c
             }
-            // do_dump prints the text, then a newline
-            Ok((mut text, _)) => {
-                text.push(b'\n');
+        }
+        Err(ClientError::Errno(ENOENT)) => {
+            fail(&format!("no lockspace {}", name.unwrap_or_default()))
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `dlm_tool plocks [--json|--waits] <ls>`.
+fn plocks(name: &str, json: bool, waits: bool) -> ExitCode {
+    match client::dump_plocks(name.as_bytes(), json || waits) {
+        Ok((_, d)) if d == -ENOENT => fail(&format!("no lockspace {name}")),
+        Ok((text, d)) => {
+            let code = if waits {
+                write_out(waits::show(name, &String::from_utf8_lossy(&text), json).as_bytes())
+            } else if json {
+                write_out(json::plocks(name, &String::from_utf8_lossy(&text)).as_bytes())
+            } else {
                 write_out(&text)
+            };
+            if d == -ENOSPC {
+                eprintln!(
+                    "dlm_tool: the daemon cut the dump short (a C dlm_controld caps it at 1 MiB)"
+                );
             }
-            Err(e) => fail(&e),
-        },
+            code
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `dlm_tool status [-v] [--json]`.
+fn status(verbose: bool, json: bool) -> ExitCode {
+    match client::status_records() {
+        Ok(recs) if json => write_out(json::status(&recs).as_bytes()),
+        Ok(recs) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            write_out(status::format(&recs, verbose, now).as_bytes())
+        }
+        Err(e) => {
+            // the C client's words, on stdout; but a non-zero exit for monitors
+            let _ = write_out(b"cannot connect to dlm_controld\n");
+            fail(&e)
+        }
+    }
+}
+
+/// `dlm_tool lockdump|lockdebug <ls>`: the kernel's debugfs files, as C prints them.
+fn debug_files(
+    root: &std::path::Path,
+    name: &str,
+    dump: bool,
+    mstcpy: bool,
+    opts: debugfs::DebugOpts,
+) -> ExitCode {
+    let dir = root.join("sys/kernel/debug/dlm");
+    let read = |suffix: &str| std::fs::read_to_string(dir.join(format!("{name}{suffix}")));
+    let (out, err) = if dump {
+        match read("_locks") {
+            Ok(t) => debugfs::lockdump(&t, mstcpy),
+            Err(e) => (
+                String::new(),
+                format!(
+                    "can't open {}: {e}\n",
+                    dir.join(format!("{name}_locks")).display()
+                ),
+            ),
+        }
+    } else {
+        let files = debugfs::DebugFiles {
+            all: read("_all").ok(),
+            old: read("").ok(),
+            toss: read("_toss").ok(),
+            waiters: read("_waiters").ok(),
+        };
+        if files.all.is_none() && files.old.is_none() {
+            (
+                String::new(),
+                format!("can't open {}: no such file\n", dir.join(name).display()),
+            )
+        } else {
+            debugfs::lockdebug(&files, opts)
+        }
+    };
+    eprint!("{err}");
+    let code = write_out(out.as_bytes());
+    // C exits 0 even when it cannot read the file; a monitor wants to know
+    if err.starts_with("can't open") {
+        ExitCode::FAILURE
+    } else {
+        code
+    }
+}
+
+/// `dlm_tool dump|dump_config|log_plock|run_list [--json]`.
+fn dump(command: Command, json: bool) -> ExitCode {
+    match client::dump(command, None) {
+        Ok((text, _)) if json => {
+            let t = String::from_utf8_lossy(&text);
+            let out = if command == Command::DUMP_CONFIG {
+                json::config(&t)
+            } else {
+                json::lines(&t)
+            };
+            write_out(out.as_bytes())
+        }
+        // do_dump prints the text, then a newline
+        Ok((mut text, _)) => {
+            text.push(b'\n');
+            write_out(&text)
+        }
+        Err(e) => fail(&e),
     }
 }
 
