@@ -269,8 +269,6 @@ pub struct Fencing {
     stateful_merge_wait: bool,
     ringid_wait: bool,
     daemon_ring_seq: u64,
-    /// The node whose agent runs (`daemon_fence_pid` names its pid).
-    running: Option<u32>,
     allowed: bool,
     retry: bool,
     joined_mono: u64,
@@ -362,7 +360,6 @@ impl Fencing {
             stateful_merge_wait: false,
             ringid_wait: false,
             daemon_ring_seq: 0,
-            running: None,
             allowed: false,
             retry: false,
             joined_mono: joined.0,
@@ -392,11 +389,21 @@ impl Fencing {
         self.stateful_merge_wait
     }
 
-    /// `daemon_fence_pid`.
+    /// `daemon_fence_pid`: our running agent's pid (with concurrent fencing, the one for
+    /// the lowest node id), 0 with none.
     pub fn fence_pid(&self) -> u32 {
-        self.running
-            .and_then(|n| self.nodes.get(&n))
-            .map_or(0, |n| n.agent.pid())
+        self.nodes
+            .values()
+            .map(|n| n.agent.pid())
+            .find(|&p| p != 0)
+            .unwrap_or(0)
+    }
+
+    /// An agent of ours runs (for any node).
+    fn agent_running(&self) -> bool {
+        self.nodes
+            .values()
+            .any(|n| matches!(n.agent, AgentState::Running { .. }))
     }
 
     /// The work must run again in a second (`retry_fencing`).
@@ -606,7 +613,6 @@ impl Fencing {
             return out; // an agent we cancelled
         }
         n.agent = AgentState::Idle;
-        self.running = None;
         let next = if result == 0 {
             // the next parallel device (same base name) must succeed too
             let d = n.pos;
@@ -697,7 +703,6 @@ impl Fencing {
         if let (RESULT_ACKED, AgentState::Running { pid }) = (result, n.agent) {
             out.push(Action::CancelAgent { nodeid, pid });
             n.agent = AgentState::Idle;
-            self.running = None;
         }
         out.extend(self.work(env, proto));
         out
@@ -921,7 +926,7 @@ impl Fencing {
         proto: &DaemonProtocol,
         out: &mut Vec<Action>,
     ) -> bool {
-        let running = self.running;
+        let running = self.agent_running();
         let delay_begin = self.fence_delay_begin;
         let members = &self.members;
         let Some(n) = self.nodes.get_mut(&nodeid) else {
@@ -939,7 +944,7 @@ impl Fencing {
             Self::rejoined(n, nodeid, env);
             return false;
         }
-        if !self.opts.concurrent && running.is_some() {
+        if !self.opts.concurrent && running {
             tracing::debug!("fence request {nodeid} delay for other pid");
             n.agent = AgentState::Delayed;
             return true;
@@ -971,15 +976,13 @@ impl Fencing {
                 return true;
             }
         }
-        if Self::start_agent(n, nodeid, env, out) {
-            self.running = Some(nodeid);
-        }
+        Self::start_agent(n, nodeid, env, out);
         false
     }
 
-    /// The agent of `n`'s current method started (`true`), or its failure sent at once when
-    /// it cannot even start (no such method, bad arguments).
-    fn start_agent(n: &mut FenceNode, nodeid: u32, env: FenceEnv, out: &mut Vec<Action>) -> bool {
+    /// The agent of `n`'s current method started, or its failure sent at once when it cannot
+    /// even start (no such method, bad arguments).
+    fn start_agent(n: &mut FenceNode, nodeid: u32, env: FenceEnv, out: &mut Vec<Action>) {
         let extra = format!("fail_time={}\n", n.fail_walltime);
         let request = match n.methods.get(n.pos) {
             None => Err(format!("fence request {nodeid} no config pos {}", n.pos)),
@@ -998,7 +1001,7 @@ impl Fencing {
                     result: -1,
                     walltime: env.wall,
                 });
-                return false;
+                return;
             }
         };
         tracing::debug!("fence request {nodeid} pos {}", n.pos);
@@ -1009,7 +1012,6 @@ impl Fencing {
             device: m.device.clone(),
         });
         n.agent = AgentState::Running { pid: 0 };
-        true
     }
 
     /// Outstanding agents whose node rejoined cleanly are cancelled; a running agent
@@ -1031,7 +1033,6 @@ impl Fencing {
                 tracing::debug!("fence wait {nodeid} pid {pid} skip for is_clean_daemon_member");
                 Self::rejoined(n, nodeid, env);
                 n.agent = AgentState::Idle;
-                self.running = None;
                 out.push(Action::CancelAgent { nodeid, pid });
                 continue;
             }
