@@ -20,8 +20,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use dlm_controld::daemon_core::FenceFacts;
 use dlm_controld::lscore::{Action, LsCore, LsEnv, NativeStats};
-use dlm_controld::membership::FenceView;
 use dlm_cpg::{Group, SimBus, SimGroup};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
@@ -30,28 +30,6 @@ use dlm_testkit::{Rng, seeds};
 const NAME: &[u8] = b"dlm:ls:sim\0";
 const INODES: u64 = 3;
 const BYTES: u64 = 12;
-
-/// Fencing as the daemon group reports it: a failed node counts as fenced from the tick
-/// its (simulated) fencing completes; until then every lockspace that lost it must wait.
-#[derive(Debug, Default, Clone)]
-struct SimFence {
-    /// Node → tick it was fenced.
-    fenced: BTreeMap<u32, u64>,
-    /// Failed nodes whose fencing has not completed.
-    pending: BTreeSet<u32>,
-}
-
-impl FenceView for SimFence {
-    fn fence_time(&self, nodeid: u32) -> Option<u64> {
-        Some(self.fenced.get(&nodeid).copied().unwrap_or(0))
-    }
-    fn in_progress(&self) -> bool {
-        !self.pending.is_empty()
-    }
-    fn cluster_add_time(&self, _: u32) -> u64 {
-        0
-    }
-}
 
 /// What one request is, and what happened to it.
 #[derive(Debug, Clone)]
@@ -87,7 +65,9 @@ struct Sim {
     seed: u64,
     /// Ticks (the lockspaces' monotonic seconds).
     clock: u64,
-    fence: SimFence,
+    /// Fencing as the daemon group reports it: a failed node counts as fenced from the tick
+    /// its (simulated) fencing completes; until then every lockspace that lost it waits.
+    fence: FenceFacts,
     /// Nodes that do not offer native mode (as a C daemon does not): while one is a
     /// member every lockspace is C-compatible.
     plain: BTreeSet<u32>,
@@ -124,7 +104,7 @@ fn mask(start: u64, end: u64) -> u64 {
 }
 
 impl Sim {
-    fn env<'a>(fence: &'a SimFence, clock: u64, quorate: bool, ring: u64) -> LsEnv<'a> {
+    fn env<'a>(fence: &'a FenceFacts, clock: u64, quorate: bool, ring: u64) -> LsEnv<'a> {
         LsEnv {
             now: clock,
             now_ms: clock * 1000,
@@ -277,7 +257,7 @@ impl Sim {
         if let Some(node) = self.nodes.get_mut(&victim) {
             node.group = None;
         }
-        self.fence.pending.insert(victim);
+        self.fence.in_progress = true;
         watch.fence_at.insert(victim, self.clock + delay);
         // (a joiner still receiving the table is not yet a replica: it is not watched)
         for n in self
@@ -302,10 +282,10 @@ impl Sim {
             .collect();
         for v in due {
             watch.fence_at.remove(&v);
-            self.fence.pending.remove(&v);
             self.fence.fenced.insert(v, self.clock);
             watch.held.retain(|(_, victim), _| *victim != v);
         }
+        self.fence.in_progress = !watch.fence_at.is_empty();
         self.check_fencing_held(watch);
     }
 
@@ -765,7 +745,7 @@ fn run(seed: u64) -> (NativeStats, u64) {
         serial: 0,
         seed,
         clock: 1,
-        fence: SimFence::default(),
+        fence: FenceFacts::default(),
         // native everywhere; or a C-compatible node from the start (its crash, if it is
         // the victim, turns native mode on), or as the late joiner (it turns it off)
         plain: match seed % 4 {
@@ -869,7 +849,7 @@ fn transfer_failure(seed: u64) {
         serial: 0,
         seed,
         clock: 1,
-        fence: SimFence::default(),
+        fence: FenceFacts::default(),
         plain: BTreeSet::new(),
         turns: 0,
         deadlock: false,

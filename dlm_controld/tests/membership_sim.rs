@@ -2,38 +2,17 @@
 //! messages (dlm-proto bytes): joins one after another, a crash waiting for fencing, a
 //! clean leave, and a partition whose merge is refused (the node is "disallowed").
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use dlm_controld::confchg::Confchg;
-use dlm_controld::membership::{Action, Env, FenceView, Membership};
+use dlm_controld::daemon_core::FenceFacts;
+use dlm_controld::membership::{Action, Env, Membership};
 use dlm_cpg::{Event, Group, SimBus, SimGroup};
 use dlm_proto::query::WaitCondition;
 use dlm_proto::wire::{Body, DlmHeader, HeaderFlags, Message, MsgType, Version3};
 
 const NAME: &[u8] = b"dlm:ls:foo\0";
 const GID: u32 = 0x6ce2_339d;
-
-#[derive(Debug, Default)]
-struct Fence {
-    fenced: RefCell<BTreeMap<u32, u64>>,
-    by_rejoin: RefCell<bool>,
-}
-
-impl FenceView for Fence {
-    fn fence_time(&self, nodeid: u32) -> Option<u64> {
-        self.fenced.borrow().get(&nodeid).copied()
-    }
-    fn fenced_by_rejoin(&self, _: u32) -> bool {
-        *self.by_rejoin.borrow()
-    }
-    fn in_progress(&self) -> bool {
-        false
-    }
-    fn cluster_add_time(&self, _: u32) -> u64 {
-        0
-    }
-}
 
 struct Node {
     id: u32,
@@ -49,7 +28,7 @@ struct Node {
 struct World {
     bus: SimBus,
     nodes: BTreeMap<u32, Node>,
-    fence: Fence,
+    fence: FenceFacts,
     now: u64,
     fencing: bool,
 }
@@ -59,7 +38,7 @@ impl World {
         Self {
             bus: SimBus::new(seed),
             nodes: BTreeMap::new(),
-            fence: Fence::default(),
+            fence: FenceFacts::default(),
             now: 10,
             fencing,
         }
@@ -235,7 +214,7 @@ fn crash_waits_for_fencing_then_starts_without_the_node() {
         assert!(n.mem.history()[&3].need_fencing);
     }
     // fencing done (after the failure): the survivors start without node 3
-    w.fence.fenced.borrow_mut().insert(3, 101);
+    w.fence.fenced.insert(3, 101);
     w.poll_all();
     for id in [1, 2] {
         assert_eq!(w.last_start(id), vec![1, 2], "node {id}");
@@ -256,8 +235,8 @@ fn a_clean_rejoin_in_the_second_of_the_failure_is_not_a_fence() {
         w.settle();
     }
     w.now = 100;
-    w.fence.fenced.borrow_mut().insert(3, 100);
-    *w.fence.by_rejoin.borrow_mut() = true;
+    w.fence.fenced.insert(3, 100);
+    w.fence.by_rejoin.insert(3);
     w.bus.crash(3);
     w.nodes.get_mut(&3).expect("node").group = None;
     w.settle();
@@ -270,7 +249,7 @@ fn a_clean_rejoin_in_the_second_of_the_failure_is_not_a_fence() {
         );
     }
     // the real fence, in the same second
-    *w.fence.by_rejoin.borrow_mut() = false;
+    w.fence.by_rejoin.remove(&3);
     w.poll_all();
     for id in [1, 2] {
         assert_eq!(w.last_start(id), vec![1, 2], "node {id}");
@@ -353,7 +332,7 @@ fn symmetric_merge_is_refused_by_the_started_count_rule() {
 /// `send_start 1:1 counts 0 1 1 0 0`, 76 bytes, flags JOINING (no plock state yet).
 #[test]
 fn first_start_of_a_lone_join_is_cs() {
-    let fence = Fence::default();
+    let fence = FenceFacts::default();
     let env = Env {
         now: 1,
         cluster_ring_seq: 5,
