@@ -8,12 +8,11 @@ use std::process::ExitCode;
 
 use dlm_controld::config::{CliAction, Config, Options, parse_args};
 use dlm_controld::daemon::{ClusterKind, DaemonArgs, run};
-use dlm_controld::kernel::KernelRoot;
 
 /// This implementation's own options.
 #[derive(Debug)]
 struct Own {
-    root: KernelRoot,
+    root: std::path::PathBuf,
     cluster: ClusterKind,
     /// `--metrics`, unparsed (dlm.conf's `metrics=` when absent).
     metrics: Option<String>,
@@ -26,7 +25,7 @@ struct Own {
 /// Removes this implementation's own options from the argument list.
 fn own_options(args: &mut Vec<String>) -> Result<Own, String> {
     let mut own = Own {
-        root: KernelRoot::new("/"),
+        root: "/".into(),
         cluster: ClusterKind::Corosync,
         metrics: None,
         log_format: None,
@@ -54,7 +53,7 @@ fn own_options(args: &mut Vec<String>) -> Result<Own, String> {
                             _ => return Err(format!("--syslog must be on or off, not {v}")),
                         });
                     }
-                    "--kernel-root" => own.root = KernelRoot::new(v),
+                    "--kernel-root" => own.root = v.into(),
                     _ => {
                         own.cluster = match v.as_str() {
                             "corosync" => ClusterKind::Corosync,
@@ -135,9 +134,8 @@ fn daemon_args() -> Result<Option<DaemonArgs>, String> {
         }
         CliAction::Run(cli) => cli,
     };
-    let kernel_root = own.root;
-    let kernel_root_real = kernel_root.is_real();
-    let conf_path = kernel_root.conf_file();
+    let kernel = dlm_controld::kernel::open(&own.root);
+    let conf_path = kernel.conf_file();
     let conf_text = std::fs::read_to_string(&conf_path).ok();
     let config = Config::load(&cli, conf_text.as_deref()).map_err(|e| e.to_string())?;
     for w in &config.file.warnings {
@@ -152,14 +150,14 @@ fn daemon_args() -> Result<Option<DaemonArgs>, String> {
     )
     .map_err(|e| e.to_string())?;
     Ok(Some(DaemonArgs {
-        kernel_root,
+        syslog: own.syslog.unwrap_or(kernel.syslog_by_default()),
+        kernel,
         cluster: own.cluster,
         config,
         conf_text,
         conf_path: Some(conf_path),
         metrics,
         log_json,
-        syslog: own.syslog.unwrap_or(kernel_root_real),
     }))
 }
 

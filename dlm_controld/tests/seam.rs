@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dlm_controld::kernel::{ClusterAttrs, KernelRoot};
+use dlm_controld::kernel::{ClusterAttrs, Kernel, RootedKernel};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp, Uevent, UeventAction};
 use dlm_tests::{FakeKernel, Record};
@@ -23,8 +23,7 @@ const T: Duration = Duration::from_secs(10);
 fn configfs_and_sysfs_bytes() {
     let dir = root("fs");
     let k = FakeKernel::start(&dir).expect("fake kernel");
-    let seam = KernelRoot::new(&dir);
-    assert!(!seam.is_real());
+    let seam = RootedKernel::new(&dir);
     // setup_configfs_options / add_configfs_node for 127.0.0.1, node 1, local
     seam.setup_cluster(&ClusterAttrs {
         mark: 0,
@@ -95,7 +94,7 @@ fn configfs_and_sysfs_bytes() {
 fn plock_device_uevents_and_monitor() {
     let dir = root("dev");
     let k = FakeKernel::start(&dir).expect("fake kernel");
-    let seam = KernelRoot::new(&dir);
+    let seam = RootedKernel::new(&dir);
     assert!(!k.monitor_open());
     let monitor = seam.open_misc("dlm-monitor").expect("monitor");
     assert!(monitor.is_socket());

@@ -309,7 +309,7 @@ impl Shell {
             }
             // each step on its own: a configfs error must not keep the kernel waiting
             Action::Left => {
-                if let Err(e) = self.ctx.seam.set_members(&self.text, &[], &[], |_| 0) {
+                if let Err(e) = self.ctx.seam.set_members(&self.text, &[], &[], &|_| 0) {
                     tracing::error!("{e}");
                 }
                 unregister(&self.ctx, &self.text);
@@ -334,7 +334,7 @@ impl Shell {
         if self.conf.nodir {
             seam.set_nodir(name)?;
         }
-        seam.set_members(&self.text, members, renew, |id| self.conf.weight(id))?;
+        seam.set_members(&self.text, members, renew, &|id| self.conf.weight(id))?;
         seam.start_lockspace(name)?;
         if event_done {
             seam.event_done(name, 0)?;

@@ -22,12 +22,12 @@ use super::{
     watchdog_interval,
 };
 use crate::config::Config;
-use crate::kernel::{KernelRoot, MiscDevice};
+use crate::kernel::{Kernel, MiscDevice};
 
 /// What startup hands the main task.
 pub(super) struct Started<'a> {
     pub(super) args: &'a DaemonArgs,
-    pub(super) seam: &'a KernelRoot,
+    pub(super) seam: &'a Arc<dyn Kernel>,
     pub(super) device: Option<Arc<MiscDevice>>,
     pub(super) uevents: crate::kernel::UeventSource,
     pub(super) our: u32,
@@ -40,12 +40,13 @@ pub(super) struct Started<'a> {
     pub(super) run_exits: mpsc::UnboundedReceiver<RunExit>,
     pub(super) comms: Comms,
     pub(super) status: query::SharedStatus,
+    pub(super) signals: Signals,
 }
 
 /// The main task's state: what its handlers read and change.
 struct Daemon<'a> {
     args: &'a DaemonArgs,
-    seam: &'a KernelRoot,
+    seam: &'a Arc<dyn Kernel>,
     our: u32,
     dg: DaemonGroup,
     services: Option<CorosyncServices>,
@@ -72,8 +73,36 @@ struct Sources {
     reader_failed: mpsc::UnboundedReceiver<DaemonError>,
     tick: tokio::time::Interval,
     watchdog: Option<tokio::time::Interval>,
+    signals: Signals,
+}
+
+/// SIGTERM and SIGINT, caught from the start of startup: one that arrives before the main
+/// loop waits for it, and is acted on there, instead of killing the daemon by its default
+/// action (a daemon killed after joining its group is a failed node to the others).
+pub(super) struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    pub(super) fn new() -> Result<Self, DaemonError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())
+                .map_err(|e| DaemonError::Io("SIGTERM handler", e))?,
+            int: signal(SignalKind::interrupt())
+                .map_err(|e| DaemonError::Io("SIGINT handler", e))?,
+        })
+    }
+
+    /// The next SIGTERM or SIGINT.
+    pub(super) async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
 
 struct UeventFd(crate::kernel::UeventSource);
@@ -123,9 +152,6 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         deadlock: st.args.config.file.plock_deadlock_detect.unwrap_or(false),
         c_peers_cancel: st.args.config.file.c_peers_apply_cancel.unwrap_or(false),
     };
-    let signal = |k: tokio::signal::unix::SignalKind, what| {
-        tokio::signal::unix::signal(k).map_err(|e| DaemonError::Io(what, e))
-    };
     let sources = Sources {
         uevents,
         exits: st.exits,
@@ -138,14 +164,7 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         // the watchdog is fed from this loop, the one that reads the kernel and the
         // groups: if it stops turning, systemd hears nothing
         watchdog: watchdog_interval().map(tokio::time::interval),
-        term: signal(
-            tokio::signal::unix::SignalKind::terminate(),
-            "SIGTERM handler",
-        )?,
-        int: signal(
-            tokio::signal::unix::SignalKind::interrupt(),
-            "SIGINT handler",
-        )?,
+        signals: st.signals,
     };
     let daemon = Daemon {
         args: st.args,
@@ -273,8 +292,7 @@ impl Daemon<'_> {
                         None => std::future::pending().await,
                     }
                 } => sd_notify(b"WATCHDOG=1"),
-                _ = src.term.recv() => self.quit = true,
-                _ = src.int.recv() => self.quit = true,
+                () = src.signals.recv() => self.quit = true,
             }
         }
     }
@@ -332,7 +350,7 @@ impl Daemon<'_> {
             c,
             &mut self.config,
             self.args.conf_path.as_deref(),
-            self.seam,
+            &**self.seam,
         );
         self.dg.reconfigure(&self.config.options);
         self.limit.store(
@@ -369,7 +387,7 @@ impl Daemon<'_> {
                 );
                 self.dg.quorum_change(c.quorate, c.ring_seq, &c.nodes);
                 self.comms
-                    .update(self.seam, &self.config, s, self.our, &c.nodes);
+                    .update(&**self.seam, &self.config, s, self.our, &c.nodes);
                 let _ = self.qtx.send(QuorumState {
                     quorate: c.quorate,
                     ring_seq: c.ring_seq,
@@ -408,7 +426,7 @@ fn apply_control(
     c: control::ControlCmd,
     config: &mut Config,
     conf_path: Option<&std::path::Path>,
-    seam: &KernelRoot,
+    seam: &dyn Kernel,
 ) {
     let file_text = conf_path.and_then(|p| fs::read_to_string(p).ok());
     let changes = match c {

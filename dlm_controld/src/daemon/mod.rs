@@ -33,7 +33,7 @@ use crate::clock::monotonic_secs;
 use crate::config::Config;
 use crate::daemon_proto::QuorumView;
 use crate::fencing::{FenceOpts, Fencing};
-use crate::kernel::{KernelRoot, MiscDevice, SeamError};
+use crate::kernel::{Kernel, MiscDevice, SeamError};
 use daemon_group::{DaemonGroup, FenceFacts};
 
 pub use crate::lscore::LsReport;
@@ -54,8 +54,8 @@ pub enum ClusterKind {
 /// Everything `run` needs.
 #[derive(Debug, Clone)]
 pub struct DaemonArgs {
-    /// `--kernel-root`.
-    pub kernel_root: KernelRoot,
+    /// The kernel seam (`--kernel-root`).
+    pub kernel: Arc<dyn Kernel>,
     /// `--cluster`.
     pub cluster: ClusterKind,
     /// Options and dlm.conf.
@@ -108,7 +108,7 @@ pub enum DaemonError {
 const EMBEDDED_NODEID: u32 = 1;
 
 /// Takes the pid file with an exclusive lock: a second daemon is refused.
-fn pid_file(seam: &KernelRoot) -> Result<fs::File, DaemonError> {
+fn pid_file(seam: &dyn Kernel) -> Result<fs::File, DaemonError> {
     let path = seam.pid_file();
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(|e| DaemonError::Io("pid file directory", e))?;
@@ -222,12 +222,13 @@ fn sinks(o: &crate::config::Options, syslog: bool, json: bool) -> crate::log::Si
 
 /// Startup in the C daemon's order, as named steps, then the main task.
 async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
-    let seam = args.kernel_root.clone();
+    let seam = args.kernel.clone();
     crate::log::init(
         Some(&seam.log_file()),
         sinks(&args.config.options, args.syslog, args.log_json),
     );
-    let _pid = pid_file(&seam)?;
+    let mut signals = main_task::Signals::new()?;
+    let _pid = pid_file(&*seam)?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         "dlm_controld {} started",
@@ -235,18 +236,26 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     );
     let embedded = args.cluster == ClusterKind::Embedded;
     let (mut services, our, cluster_name) = connect(embedded)?;
-    refuse_uncontrolled(&seam, services.as_ref(), our)?;
+    refuse_uncontrolled(&*seam, services.as_ref(), our)?;
     // 0. unfence ourselves before anyone can fence us (after that, joining the daemon
     //    group makes us fenceable)
-    agent::unfence(&args.config.file, our)
-        .await
-        .map_err(DaemonError::Unfence)?;
+    let unfence = async {
+        agent::unfence(&args.config.file, our)
+            .await
+            .map_err(DaemonError::Unfence)
+    };
+    if before_signal(&mut signals, unfence).await?.is_none() {
+        return Ok(());
+    }
     // 1. configfs cluster attributes
     seam.setup_cluster(&startup::cluster_attrs(&args.config, &cluster_name))?;
     // 2. the monitor device, before our comms entry, kept open for our lifetime
     let _monitor = seam.open_misc("dlm-monitor")?;
     // 3. comms entries for the quorum members (or just us)
-    let first = first_quorum(&args, &seam, services.as_mut(), our).await?;
+    let quorum = first_quorum(&args, &*seam, services.as_mut(), our);
+    let Some(first) = before_signal(&mut signals, quorum).await? else {
+        return Ok(());
+    };
     // 4. the daemon group, its protocol and fencing
     let mut joined = join_daemon_group(&args, services.as_ref(), our, embedded, &first).await?;
     negotiate(&mut joined.dg, services.as_ref()).await?;
@@ -272,8 +281,24 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         run_exits: joined.run_exits,
         comms: first.comms,
         status: joined.status,
+        signals,
     };
     main_task::run(started).await
+}
+
+/// `step`, unless SIGTERM or SIGINT comes first (`None`: the daemon exits, not yet a member
+/// of its group). From the join on, a signal waits for the main loop, which leaves cleanly.
+async fn before_signal<T>(
+    signals: &mut main_task::Signals,
+    step: impl Future<Output = Result<T, DaemonError>>,
+) -> Result<Option<T>, DaemonError> {
+    tokio::select! {
+        r = step => r.map(Some),
+        () = signals.recv() => {
+            tracing::info!("signal during startup: exiting");
+            Ok(None)
+        }
+    }
 }
 
 /// corosync's services (none for the embedded group), our node id and the cluster name.
@@ -293,7 +318,7 @@ fn connect(embedded: bool) -> Result<(Option<CorosyncServices>, u32, String), Da
 
 /// Kernel lockspaces without a daemon: this node must be reset, not rejoin.
 fn refuse_uncontrolled(
-    seam: &KernelRoot,
+    seam: &dyn Kernel,
     services: Option<&CorosyncServices>,
     our: u32,
 ) -> Result<(), DaemonError> {
@@ -327,7 +352,7 @@ struct FirstQuorum {
 
 async fn first_quorum(
     args: &DaemonArgs,
-    seam: &KernelRoot,
+    seam: &dyn Kernel,
     services: Option<&mut CorosyncServices>,
     our: u32,
 ) -> Result<FirstQuorum, DaemonError> {
@@ -490,7 +515,7 @@ pub(super) struct Comms {
 impl Comms {
     pub(super) fn update(
         &mut self,
-        seam: &KernelRoot,
+        seam: &dyn Kernel,
         cfg: &Config,
         s: &CorosyncServices,
         our: u32,
@@ -526,7 +551,7 @@ impl Comms {
 /// What every lockspace task shares with the main task.
 #[derive(Debug, Clone)]
 pub(crate) struct LsContext {
-    pub(crate) seam: KernelRoot,
+    pub(crate) seam: Arc<dyn Kernel>,
     pub(crate) our: u32,
     pub(crate) embedded: bool,
     pub(crate) quorum: watch::Receiver<QuorumState>,
