@@ -32,6 +32,11 @@ pub enum Action {
     Send(Vec<u8>),
     /// Ask corosync to remove this node from the cluster (`kick_node_from_cluster`).
     Kick(u32),
+    /// A node joined the cluster: write its comms entries, one per address
+    /// (`add_configfs_node`).
+    AddComms(u32),
+    /// A node left the cluster: remove its comms entry (`del_configfs_node`).
+    DelComms(u32),
     /// Start a fence agent (PATH lookup, no arguments) with `stdin`; report its pid with
     /// [`DaemonCore::handle_agent_started`] and its end with
     /// [`DaemonCore::handle_agent_exit`].
@@ -254,15 +259,17 @@ impl DaemonCore {
         out
     }
 
-    /// The quorum service's notification: quorum, its ring, and the cluster's nodes (new
-    /// ones get their add time, which lockspaces compare with a failed node's).
+    /// The quorum service's notification (`quorum_callback`): quorum, its ring, and the
+    /// cluster's nodes (new ones get their add time, which lockspaces compare with a failed
+    /// node's); the comms entries follow the nodes (`update_cluster`). The nodes at
+    /// [`Start`] already have theirs.
     pub fn handle_quorum(
         &mut self,
         now: Now,
         quorate: bool,
         ring_seq: u64,
         nodes: &[u32],
-    ) -> Vec<u32> {
+    ) -> Vec<Action> {
         if quorate && !self.quorum.quorate {
             self.quorum.quorate_since = now.mono;
         }
@@ -280,8 +287,12 @@ impl DaemonCore {
         if !added.is_empty() {
             self.fencing.cluster_nodes_added(now.mono);
         }
-        self.cluster_nodes = nodes.iter().copied().collect();
-        added
+        let now_nodes: BTreeSet<u32> = nodes.iter().copied().collect();
+        let removed = self.cluster_nodes.difference(&now_nodes).copied();
+        let mut out: Vec<Action> = added.into_iter().map(Action::AddComms).collect();
+        out.extend(removed.map(Action::DelComms));
+        self.cluster_nodes = now_nodes;
+        out
     }
 
     /// A message delivered on the daemon group (`deliver_cb_daemon`): decoded, its sender

@@ -177,6 +177,8 @@ impl Cluster {
                 Action::Exec { .. } => panic!("no runs here"),
                 Action::Dropped => panic!("node {id} dropped a message"),
                 Action::FenceReceived(_) => {}
+                // no kernel here (the comms entries have their own test)
+                Action::AddComms(_) | Action::DelComms(_) => {}
             }
         }
     }
@@ -274,6 +276,23 @@ fn three(seed: u64, conf: &str) -> Cluster {
         c.start(id);
     }
     c
+}
+
+/// `update_cluster`: a node the quorum service adds gets its comms entries, one it drops
+/// loses them, and the nodes the core started with already have theirs.
+#[test]
+fn the_comms_entries_follow_the_quorum_services_nodes() {
+    let mut c = three(1, "");
+    let n = c.nodes.get_mut(&1).expect("node 1");
+    let (_, ring) = n.core.quorum();
+    let mut quorum = |nodes: &[u32]| n.with(|c| c.handle_quorum(at(20), true, ring, nodes));
+    assert_eq!(quorum(&[1, 2, 3]), vec![], "the startup nodes have theirs");
+    assert_eq!(
+        quorum(&[1, 3, 4]),
+        vec![Action::AddComms(4), Action::DelComms(2)]
+    );
+    assert_eq!(quorum(&[1, 3, 4]), vec![], "nothing changed");
+    assert_eq!(quorum(&[1, 2, 3, 4]), vec![Action::AddComms(2)]);
 }
 
 #[test]

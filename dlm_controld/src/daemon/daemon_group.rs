@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use dlm_cpg::Event;
 use tokio::sync::{mpsc, watch};
 
+use super::Comms;
 use super::agent::{self, AgentExit, RunExit};
 use super::cluster::{ClusterGroup, CorosyncServices};
 use super::query::SharedStatus;
@@ -27,6 +28,7 @@ pub(crate) struct DaemonGroup {
     run_exits: mpsc::UnboundedSender<RunExit>,
     /// Set by lockspace tasks when one starts: our PROTOCOL then says STATEFUL.
     stateful: Arc<AtomicBool>,
+    comms: Comms,
 }
 
 /// The channels a [`DaemonGroup`] reports agent and command exits on.
@@ -49,6 +51,7 @@ impl DaemonGroup {
         status: SharedStatus,
         facts: watch::Sender<FenceFacts>,
         exits: Exits,
+        comms: Comms,
     ) -> Self {
         Self {
             group,
@@ -58,6 +61,7 @@ impl DaemonGroup {
             exits: exits.agents,
             run_exits: exits.runs,
             stateful: Arc::default(),
+            comms,
         }
     }
 
@@ -140,13 +144,15 @@ impl DaemonGroup {
     }
 
     /// The quorum service's notification.
-    pub(crate) fn quorum_change(&mut self, quorate: bool, ring_seq: u64, nodes: &[u32]) {
-        self.core.handle_quorum(now(), quorate, ring_seq, nodes);
+    pub(crate) fn quorum_change(&mut self, c: &dlm_cpg::QuorumChange, services: &CorosyncServices) {
+        let a = self
+            .core
+            .handle_quorum(now(), c.quorate, c.ring_seq, &c.nodes);
         if let Ok(mut st) = self.status.lock() {
-            st.quorate = quorate;
-            st.cluster_ringid = ring_seq;
+            st.quorate = c.quorate;
+            st.cluster_ringid = c.ring_seq;
         }
-        self.publish();
+        self.perform(a, Some(services));
     }
 
     /// Whether messages wait for corosync to take them (see [`Self::flush`]).
@@ -175,6 +181,12 @@ impl DaemonGroup {
                     }
                 }
                 Action::Kick(n) => kick(services, n),
+                Action::AddComms(n) => {
+                    if let Some(s) = services {
+                        self.comms.add(s, n);
+                    }
+                }
+                Action::DelComms(n) => self.comms.del(n),
                 Action::RunAgent {
                     nodeid,
                     agent,

@@ -17,9 +17,8 @@ use super::agent::{AgentExit, RunExit};
 use super::cluster::{CorosyncServices, QuorumState};
 use super::daemon_group::{self, DaemonGroup, FenceFacts};
 use super::{
-    Comms, DaemonArgs, DaemonError, EEXIST, ENOENT, LsCommand, LsContext, admission, control,
-    lockspace, metrics_http, notify_ready, plock_device, query, sd_notify, sinks,
-    watchdog_interval,
+    DaemonArgs, DaemonError, EEXIST, ENOENT, LsCommand, LsContext, admission, control, lockspace,
+    metrics_http, notify_ready, plock_device, query, sd_notify, sinks, watchdog_interval,
 };
 use crate::config::Config;
 use crate::kernel::{Kernel, MiscDevice};
@@ -38,7 +37,6 @@ pub(super) struct Started<'a> {
     pub(super) facts: watch::Receiver<FenceFacts>,
     pub(super) exits: mpsc::UnboundedReceiver<AgentExit>,
     pub(super) run_exits: mpsc::UnboundedReceiver<RunExit>,
-    pub(super) comms: Comms,
     pub(super) status: query::SharedStatus,
     pub(super) signals: Signals,
 }
@@ -47,11 +45,9 @@ pub(super) struct Started<'a> {
 struct Daemon<'a> {
     args: &'a DaemonArgs,
     seam: &'a Arc<dyn Kernel>,
-    our: u32,
     dg: DaemonGroup,
     services: Option<CorosyncServices>,
     qtx: watch::Sender<QuorumState>,
-    comms: Comms,
     config: Config,
     config_dump: query::ConfigDump,
     registry: query::Registry,
@@ -169,11 +165,9 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
     let daemon = Daemon {
         args: st.args,
         seam: st.seam,
-        our: st.our,
         dg: st.dg,
         services: st.services,
         qtx: st.quorum.0,
-        comms: st.comms,
         config,
         config_dump,
         registry,
@@ -385,9 +379,7 @@ impl Daemon<'_> {
                     c.ring_seq,
                     c.nodes.len()
                 );
-                self.dg.quorum_change(c.quorate, c.ring_seq, &c.nodes);
-                self.comms
-                    .update(&**self.seam, &self.config, s, self.our, &c.nodes);
+                self.dg.quorum_change(&c, s);
                 let _ = self.qtx.send(QuorumState {
                     quorate: c.quorate,
                     ring_seq: c.ring_seq,

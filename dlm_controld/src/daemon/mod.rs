@@ -252,12 +252,14 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
     // 2. the monitor device, before our comms entry, kept open for our lifetime
     let _monitor = seam.open_misc("dlm-monitor")?;
     // 3. comms entries for the quorum members (or just us)
-    let quorum = first_quorum(&args, &*seam, services.as_mut(), our);
+    let comms = Comms::new(seam.clone(), &args.config, our);
+    let quorum = first_quorum(&comms, services.as_mut(), our);
     let Some(first) = before_signal(&mut signals, quorum).await? else {
         return Ok(());
     };
     // 4. the daemon group, its protocol and fencing
-    let mut joined = join_daemon_group(&args, services.as_ref(), our, embedded, &first).await?;
+    let mut joined =
+        join_daemon_group(&args, services.as_ref(), our, embedded, &first, comms).await?;
     negotiate(&mut joined.dg, services.as_ref()).await?;
     // 5. the plock device, uevents, then the loop
     let device = if args.config.options.on(crate::config::Opt::EnablePlock) {
@@ -279,7 +281,6 @@ async fn daemon(args: DaemonArgs) -> Result<(), DaemonError> {
         facts: joined.facts,
         exits: joined.exits,
         run_exits: joined.run_exits,
-        comms: first.comms,
         status: joined.status,
         signals,
     };
@@ -338,9 +339,9 @@ fn refuse_uncontrolled(
     Err(DaemonError::Uncontrolled(stale))
 }
 
-/// The cluster as the first quorum notification shows it, and the comms entries written.
+/// The cluster as the first quorum notification shows it (its nodes' comms entries
+/// written).
 struct FirstQuorum {
-    comms: Comms,
     quorum: QuorumView,
     ring_seq: u64,
     nodes: Vec<u32>,
@@ -351,8 +352,7 @@ struct FirstQuorum {
 }
 
 async fn first_quorum(
-    args: &DaemonArgs,
-    seam: &dyn Kernel,
+    comms: &Comms,
     services: Option<&mut CorosyncServices>,
     our: u32,
 ) -> Result<FirstQuorum, DaemonError> {
@@ -362,7 +362,6 @@ async fn first_quorum(
         ring_seq: 0,
     });
     let mut q = FirstQuorum {
-        comms: Comms::default(),
         quorum: QuorumView {
             quorate: true,
             quorate_since: monotonic_secs(),
@@ -375,10 +374,7 @@ async fn first_quorum(
         qrx,
     };
     let Some(s) = services else {
-        let mut addr = [0u8; 128];
-        addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]);
-        let mark = args.config.file.node_marks.get(&our).copied().unwrap_or(0);
-        seam.add_comms_node(our, &addr, true, mark)?;
+        comms.add_loopback()?;
         return Ok(q);
     };
     let change = wait_quorum(s).await?;
@@ -388,7 +384,9 @@ async fn first_quorum(
         change.ring_seq,
         change.nodes.len()
     );
-    q.comms.update(seam, &args.config, s, our, &change.nodes);
+    for &n in &change.nodes {
+        comms.add(s, n);
+    }
     q.quorum.quorate = change.quorate;
     q.ring_seq = change.ring_seq;
     q.nodes.clone_from(&change.nodes);
@@ -414,6 +412,7 @@ async fn join_daemon_group(
     our: u32,
     embedded: bool,
     q: &FirstQuorum,
+    comms: Comms,
 ) -> Result<Joined, DaemonError> {
     use crate::config::Opt;
     let o = &args.config.options;
@@ -453,6 +452,7 @@ async fn join_daemon_group(
         status.clone(),
         facts_tx,
         daemon_group::Exits { agents, runs },
+        comms,
     );
     Ok(Joined {
         dg,
@@ -506,44 +506,50 @@ async fn wait_quorum(s: &mut CorosyncServices) -> Result<dlm_cpg::QuorumChange, 
     Err(DaemonError::Timeout("a quorum notification within 60 s"))
 }
 
-/// The comms entries written so far (`add_configfs_node` / `del_configfs_node`).
-#[derive(Debug, Default)]
+/// Writes the comms entries of cluster nodes (`add_configfs_node`, `del_configfs_node`);
+/// which nodes is the core's (`Action::AddComms`, `Action::DelComms`).
+#[derive(Debug, Clone)]
 pub(super) struct Comms {
-    nodes: Vec<u32>,
+    seam: Arc<dyn Kernel>,
+    marks: std::collections::BTreeMap<u32, u32>,
+    our: u32,
 }
 
 impl Comms {
-    pub(super) fn update(
-        &mut self,
-        seam: &dyn Kernel,
-        cfg: &Config,
-        s: &CorosyncServices,
-        our: u32,
-        members: &[u32],
-    ) {
-        let new: Vec<u32> = members
-            .iter()
-            .copied()
-            .filter(|n| !self.nodes.contains(n))
-            .collect();
-        for n in new {
-            let mark = cfg.file.node_marks.get(&n).copied().unwrap_or(0);
-            for a in s.addrs(n) {
-                if let Err(e) = seam.add_comms_node(n, &a.storage, n == our, mark) {
-                    tracing::error!("{e}");
-                }
-            }
-            self.nodes.push(n);
+    fn new(seam: Arc<dyn Kernel>, cfg: &Config, our: u32) -> Self {
+        Self {
+            seam,
+            marks: cfg.file.node_marks.clone(),
+            our,
         }
-        let gone: Vec<u32> = self
-            .nodes
-            .iter()
-            .copied()
-            .filter(|n| !members.contains(n))
-            .collect();
-        for n in gone {
-            let _ = seam.del_comms_node(n);
-            self.nodes.retain(|x| *x != n);
+    }
+
+    fn mark(&self, n: u32) -> u32 {
+        self.marks.get(&n).copied().unwrap_or(0)
+    }
+
+    /// Our own entry on 127.0.0.1 (the embedded group: no corosync).
+    fn add_loopback(&self) -> Result<(), SeamError> {
+        let mut addr = [0u8; 128];
+        addr[..8].copy_from_slice(&[2, 0, 0, 0, 127, 0, 0, 1]);
+        self.seam
+            .add_comms_node(self.our, &addr, true, self.mark(self.our))
+    }
+
+    /// An entry for each of the addresses corosync has for node `n`.
+    pub(super) fn add(&self, s: &CorosyncServices, n: u32) {
+        for a in s.addrs(n) {
+            let local = n == self.our;
+            if let Err(e) = self.seam.add_comms_node(n, &a.storage, local, self.mark(n)) {
+                tracing::error!("{e}");
+            }
+        }
+    }
+
+    /// Node `n`'s entry goes.
+    pub(super) fn del(&self, n: u32) {
+        if let Err(e) = self.seam.del_comms_node(n) {
+            tracing::debug!("{e}");
         }
     }
 }
