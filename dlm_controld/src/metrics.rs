@@ -363,11 +363,12 @@ pub fn op_index(op: dlm_proto::kernel::PlockOp) -> usize {
 
 /// Index in [`RESULTS`] of a plock reply.
 pub fn result_index(op: dlm_proto::kernel::PlockOp, rv: i32) -> usize {
+    use dlm_proto::errno::{EAGAIN, ENOENT};
     match (op, rv) {
         (dlm_proto::kernel::PlockOp::GET, 1) => 2,
         (_, 0) => 0,
-        (_, -11) => 1,
-        (_, -2) => 3,
+        (_, r) if r == -EAGAIN => 1,
+        (_, r) if r == -ENOENT => 3,
         _ => 4,
     }
 }
@@ -486,11 +487,12 @@ mod tests {
 
     #[test]
     fn labels() {
+        use dlm_proto::errno::{EAGAIN, EINVAL};
         use dlm_proto::kernel::PlockOp;
         assert_eq!(OPS[op_index(PlockOp::GET)], "get");
         assert_eq!(RESULTS[result_index(PlockOp::GET, 1)], "conflict");
-        assert_eq!(RESULTS[result_index(PlockOp::LOCK, -11)], "eagain");
+        assert_eq!(RESULTS[result_index(PlockOp::LOCK, -EAGAIN)], "eagain");
         assert_eq!(RESULTS[result_index(PlockOp::LOCK, 0)], "ok");
-        assert_eq!(RESULTS[result_index(PlockOp::UNLOCK, -22)], "error");
+        assert_eq!(RESULTS[result_index(PlockOp::UNLOCK, -EINVAL)], "error");
     }
 }
