@@ -551,3 +551,36 @@ fn a_configfs_error_does_not_stop_a_leave() {
     assert_eq!(started(), 2, "a new join was not served");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The daemon's threads: the runtime's one worker (lockspaces, the plock device), the main
+/// thread (the main task), the log writer, and the local sockets on a thread of their own
+/// with its own runtime, so that no query waits behind plock work on the worker.
+#[test]
+fn the_local_sockets_have_a_thread_of_their_own() {
+    let dir = root("threads");
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("threads").expect("netns");
+    let d = start(&ns, &dir);
+    assert!(k.wait_daemon(T), "the daemon never listened for uevents");
+    let names = || -> Vec<String> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", d.0.id())).expect("tasks");
+        let mut v: Vec<String> = tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .map(|c| c.trim().to_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let deadline = std::time::Instant::now() + T;
+    while !names().contains(&"dlm_clients".to_owned()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        names(),
+        ["dlm_clients", "dlm_controld", "dlm_controld", "dlm_log"],
+        "one clients thread, the main thread and one worker, the log writer"
+    );
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -181,7 +181,8 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
 }
 
 /// The main socket, the metrics endpoint and the query socket, each served by its own
-/// task behind one admission gate; the main socket's commands come back on the channel.
+/// task behind one admission gate, on the clients thread ([`spawn_clients`]); the main
+/// socket's commands come back on the channel.
 async fn listen(
     args: &DaemonArgs,
     registry: &query::Registry,
@@ -198,34 +199,72 @@ async fn listen(
         l.unprivileged,
         l.per_uid
     );
-    match control::bind() {
-        Ok(l) => {
-            tokio::spawn(control::serve(l, gate.clone(), ctl_tx));
-        }
-        Err(e) => return Err(DaemonError::Io("main socket \\0dlmc_sock", e)),
-    }
-    if let Some(addr) = args.metrics {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => {
-                tokio::spawn(metrics_http::serve(l, gate.clone(), registry.clone()));
+    let metrics = args.metrics;
+    let (registry, config_dump, status) = (registry.clone(), config_dump.clone(), status.clone());
+    spawn_clients(async move {
+        let control =
+            control::bind().map_err(|e| DaemonError::Io("main socket \\0dlmc_sock", e))?;
+        let query =
+            query::bind().map_err(|e| DaemonError::Io("query socket \\0dlmc_query_sock", e))?;
+        if let Some(addr) = metrics {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => {
+                    tokio::spawn(metrics_http::serve(l, gate.clone(), registry.clone()));
+                }
+                // metrics are not worth refusing to run for
+                Err(e) => tracing::error!("metrics endpoint {addr}: {e}"),
             }
-            // metrics are not worth refusing to run for
-            Err(e) => tracing::error!("metrics endpoint {addr}: {e}"),
         }
-    }
-    match query::bind() {
-        Ok(l) => {
-            tokio::spawn(query::serve(
-                l,
-                gate,
-                registry.clone(),
-                config_dump.clone(),
-                status.clone(),
-            ));
-        }
-        Err(e) => return Err(DaemonError::Io("query socket \\0dlmc_query_sock", e)),
-    }
+        tokio::spawn(control::serve(control, gate.clone(), ctl_tx));
+        Ok(query::serve(query, gate, registry, config_dump, status))
+    })
+    .await?;
     Ok(ctl_rx)
+}
+
+/// Runs the local sockets on a thread of their own, with a single-threaded runtime: a
+/// query is answered while the worker is busy with plock work (it waited behind the
+/// worker's turns, p99 of milliseconds under a storm), and plock work never waits for a
+/// client. `setup` binds (its error is startup's) and returns the server to run forever.
+async fn spawn_clients<S>(
+    setup: impl Future<Output = Result<S, DaemonError>> + Send + 'static,
+) -> Result<(), DaemonError>
+where
+    S: Future<Output = ()> + 'static,
+{
+    let (bound_tx, bound) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("dlm_clients".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = bound_tx.send(Err(DaemonError::Io("clients runtime", e)));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                match setup.await {
+                    Ok(server) => {
+                        let _ = bound_tx.send(Ok(()));
+                        server.await;
+                    }
+                    Err(e) => {
+                        let _ = bound_tx.send(Err(e));
+                    }
+                }
+            });
+        });
+    if let Err(e) = thread {
+        return Err(DaemonError::Io("clients thread", e));
+    }
+    bound.await.unwrap_or_else(|_| {
+        let e = io::Error::other("ended before its sockets were bound");
+        Err(DaemonError::Io("clients thread", e))
+    })
 }
 
 /// The plock device's reader task (when plocks are enabled); its failure comes back on

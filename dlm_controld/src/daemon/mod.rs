@@ -189,11 +189,11 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     if !o.on(crate::config::Opt::Foreground) && !o.on(crate::config::Opt::DaemonDebug) {
         nix::unistd::daemon(false, false).map_err(|e| DaemonError::Io("daemon(3)", e.into()))?;
     }
-    // one worker for the lockspaces, the plock device and the sockets (the main task runs
-    // on this thread in block_on): queries are answered from published reports and every
-    // lockspace turn is bounded, so nothing waits long behind plock work, while a second
-    // worker made every request's hand-offs cross threads and took the CPU corosync needs
-    // (docs/BENCHMARKS.md: one worker is 1.2-1.4x two on the C-compatible and node-local rows)
+    // one worker for the lockspaces and the plock device (the main task runs on this thread
+    // in block_on; the local sockets on a thread of their own, main_task::spawn_clients): a
+    // second worker made every request's hand-offs cross threads and took the CPU corosync
+    // needs (docs/BENCHMARKS.md: one worker is 1.2-1.4x two on the C-compatible and
+    // node-local rows)
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("dlm_controld")

@@ -31,7 +31,13 @@ use dlm_tests::closed_loop::{
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
 
-const PROCS: u64 = 16;
+/// Simulated processes (`VS_PROCS=<n>` for profiling; the tables use 16).
+fn procs() -> u64 {
+    std::env::var("VS_PROCS")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(16)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Case {
@@ -137,7 +143,7 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
             .daemon
             .is_some()
             .then(|| sc.spawn(|| probe_queries(&cs.netns, &stop)));
-        let d = drive(&s.k, fsid, &script, first, PROCS, secs);
+        let d = drive(&s.k, fsid, &script, first, procs(), secs);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let ls = prober.and_then(|p| p.join().ok()).unwrap_or_default();
         (d, ls)
