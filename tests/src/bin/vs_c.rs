@@ -55,11 +55,14 @@ impl Case {
         }
     }
 
-    /// Process `p`'s lock: (inode, start, end, wait).
+    /// Process `p`'s lock: (inode, start, end, wait). `VS_WAIT=1`: the uncontended cases
+    /// with F_SETLKW too, as `lockf(LOCK_EX)` asks (the real-kernel bench's loop).
     fn lock_of(self, p: u64) -> (u64, u64, u64, bool) {
+        static WAIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let wait = *WAIT.get_or_init(|| std::env::var("VS_WAIT").is_ok_and(|w| w == "1"));
         match self {
-            Self::NodeLocal => (1000 + p, 0, 9, false),
-            Self::OneFile => (7, 10 * p, 10 * p + 9, false),
+            Self::NodeLocal => (1000 + p, 0, 9, wait),
+            Self::OneFile => (7, 10 * p, 10 * p + 9, wait),
             Self::Contended => (9, 0, 0, true),
         }
     }
