@@ -379,32 +379,16 @@ fn count_lkb(
 ) {
     ri.lkb_count += 1;
     if status == GRANTED {
-        if ri.print_granted == 0 {
-            out.push_str("Granted\n");
-        }
-        ri.print_granted += 1;
-        ri.lkb_granted += 1;
+        queue_lock(out, "Granted", &mut ri.print_granted, &mut ri.lkb_granted);
     }
     if status == CONVERT {
-        if ri.print_convert == 0 {
-            out.push_str("Convert\n");
-        }
-        ri.print_convert += 1;
-        ri.lkb_convert += 1;
+        queue_lock(out, "Convert", &mut ri.print_convert, &mut ri.lkb_convert);
     }
     if status == WAITING {
-        if ri.print_waiting == 0 {
-            out.push_str("Waiting\n");
-        }
-        ri.print_waiting += 1;
-        ri.lkb_waiting += 1;
+        queue_lock(out, "Waiting", &mut ri.print_waiting, &mut ri.lkb_waiting);
     }
     if lookup != 0 {
-        if ri.print_lookup == 0 {
-            out.push_str("Lookup\n");
-        }
-        ri.print_lookup += 1;
-        ri.lkb_lookup += 1;
+        queue_lock(out, "Lookup", &mut ri.print_lookup, &mut ri.lkb_lookup);
     }
     if wait_type != 0 {
         ri.lkb_wait_msg += 1;
@@ -418,6 +402,16 @@ fn count_lkb(
     } else {
         ri.lkb_process_copy += 1;
     }
+}
+
+/// One more lock of a queue: its heading before the first, and the queue's two counts.
+fn queue_lock(out: &mut String, heading: &str, printed: &mut u32, count: &mut u32) {
+    if *printed == 0 {
+        out.push_str(heading);
+        out.push('\n');
+    }
+    *printed += 1;
+    *count += 1;
 }
 
 /// `print_rsb_toss`.
@@ -585,4 +579,28 @@ fn print_summary(out: &mut String, s: &Summary) {
         s.lkb_wait_msg,
         s.expect_replies
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `print_lkb`: each queue's heading once, before its first lock; the counts per queue
+    /// and per copy kind.
+    #[test]
+    fn each_queue_is_headed_once_and_counted() {
+        let mut out = String::new();
+        let mut ri = Rinfo::default();
+        count_lkb(&mut out, &mut ri, GRANTED, 0, 0, 0);
+        count_lkb(&mut out, &mut ri, GRANTED, 0, 0, 2);
+        count_lkb(&mut out, &mut ri, WAITING, 1, 3, 0);
+        count_lkb(&mut out, &mut ri, CONVERT, 0, 0, 0);
+        assert_eq!(out, "Granted\nWaiting\nLookup\nConvert\n");
+        assert_eq!(
+            (ri.lkb_count, ri.lkb_granted, ri.lkb_waiting, ri.lkb_convert),
+            (4, 2, 1, 1)
+        );
+        assert_eq!((ri.lkb_lookup, ri.lkb_wait_msg), (1, 1));
+        assert_eq!((ri.lkb_master_copy, ri.lkb_local_copy), (1, 3));
+    }
 }
