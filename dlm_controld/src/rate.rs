@@ -15,11 +15,17 @@ impl RateLimit {
     /// May one more request be read at `now_ms` under `limit` per second (0 = none)? `Err`
     /// carries the time reading may resume.
     pub fn admit(&mut self, limit: i64, now_ms: u64) -> Result<(), u64> {
+        self.admit_up_to(limit, now_ms, 1).map(|_| ())
+    }
+
+    /// How many of `want` more requests may be read at `now_ms` (at least one, and they
+    /// count as read); `Err` as [`Self::admit`].
+    pub fn admit_up_to(&mut self, limit: i64, now_ms: u64, want: u64) -> Result<u64, u64> {
         let Ok(limit) = u64::try_from(limit) else {
-            return Ok(());
+            return Ok(want);
         };
         if limit == 0 {
-            return Ok(());
+            return Ok(want);
         }
         if now_ms.saturating_sub(self.window_start_ms) >= 1000 {
             self.window_start_ms = now_ms;
@@ -32,8 +38,14 @@ impl RateLimit {
             }
             return Err(self.window_start_ms + 1000);
         }
-        self.count += 1;
-        Ok(())
+        let n = want.min(limit - self.count);
+        self.count += n;
+        Ok(n)
+    }
+
+    /// `n` requests admitted were not there to read: they do not count.
+    pub fn unused(&mut self, n: u64) {
+        self.count = self.count.saturating_sub(n);
     }
 }
 
@@ -59,5 +71,20 @@ mod tests {
         assert_eq!(r.admit(1, t + 2500), Ok(()));
         assert_eq!(r.admit(1, t + 2600), Err(t + 3500));
         assert_eq!(r.admit(-5, t + 2600), Ok(()), "negative: no limit");
+    }
+
+    #[test]
+    fn a_batch_takes_what_is_left_of_the_window_and_gives_back_what_it_did_not_read() {
+        let mut r = RateLimit::default();
+        let t = 9_000;
+        assert_eq!(r.admit_up_to(0, t, 16), Ok(16), "no limit");
+        assert_eq!(r.admit_up_to(10, t, 16), Ok(10));
+        assert_eq!(r.admit_up_to(10, t + 1, 16), Err(t + 1000));
+        let mut r = RateLimit::default();
+        assert_eq!(r.admit_up_to(10, t, 4), Ok(4));
+        r.unused(3); // one of the four was there
+        assert_eq!(r.admit_up_to(10, t, 16), Ok(9));
+        assert_eq!(r.admit(10, t), Err(t + 1000));
+        assert_eq!(r.delays, 1);
     }
 }

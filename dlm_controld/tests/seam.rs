@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dlm_controld::kernel::{ClusterAttrs, Kernel, RootedKernel};
+use dlm_controld::kernel::{ClusterAttrs, Kernel, READ_AT_ONCE, Records, RootedKernel};
 use dlm_proto::LockspaceName;
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp, Uevent, UeventAction};
 use dlm_tests::{FakeKernel, Record};
@@ -137,8 +137,49 @@ fn plock_device_uevents_and_monitor() {
         nodeid: 1,
         ..req
     };
-    dev.write_record(&reply.encode()).expect("write");
+    dev.write_records(&[reply.encode()], |e| panic!("write: {e}"));
     assert_eq!(k.recv_plock_raw(T), Some(reply.encode().to_vec()));
+
+    // a batch: what is queued comes in one read, a bad record as it came, and a read
+    // with nothing queued would block; replies go out in order
+    let reqs: Vec<PlockInfo> = (0..3)
+        .map(|i| PlockInfo {
+            number: 100 + i,
+            ..req
+        })
+        .collect();
+    k.send_plock(&reqs[0]).expect("send");
+    k.send_plock_raw(&[7u8; 10]).expect("send");
+    k.send_plock(&reqs[1]).expect("send");
+    k.send_plock(&reqs[2]).expect("send");
+    let mut batch = Records::default();
+    assert_eq!(dev.try_read_records(&mut batch).expect("read"), 4);
+    let lens: Vec<usize> = batch.iter().map(<[u8]>::len).collect();
+    assert_eq!(lens, [64, 10, 64, 64]);
+    let got: Vec<u64> = batch
+        .iter()
+        .filter_map(|b| PlockInfo::decode(b).ok())
+        .map(|i| i.number)
+        .collect();
+    assert_eq!(got, [100, 101, 102]);
+    let e = dev.try_read_records(&mut batch).expect_err("empty");
+    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+    // a read of at most two leaves the third queued
+    for r in &reqs {
+        k.send_plock(r).expect("send");
+    }
+    batch.limit(2);
+    assert_eq!(dev.try_read_records(&mut batch).expect("read"), 2);
+    batch.limit(READ_AT_ONCE);
+    assert_eq!(dev.try_read_records(&mut batch).expect("read"), 1);
+    let replies: Vec<dlm_controld::kernel::Record> = reqs
+        .iter()
+        .map(|r| PlockInfo { rv: 0, ..*r }.encode())
+        .collect();
+    dev.write_records(&replies, |e| panic!("write: {e}"));
+    for r in &replies {
+        assert_eq!(k.recv_plock_raw(T).as_deref(), Some(&r[..]));
+    }
 
     drop(monitor);
     let deadline = std::time::Instant::now() + T;

@@ -4,12 +4,12 @@
 # plock_ownership=1, back to back on the same images. Each run is run-two.sh with
 # BENCH=1: both nodes lock and unlock a file of their own at once for 5 s, then walk a ring
 # of ranges of one shared file (lock passing). Prints a table; results in
-# docs/BENCHMARKS.md. Needs the image of build-image.sh (VMCACHE), as run-two.sh does.
+# docs/BENCHMARKS.md. KINDS="rust own" runs some of the three. Needs the image of build-image.sh (VMCACHE), as run-two.sh does.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 declare -A label=([rust]="ours (native mode)" [c]="C 4.2.0" [own]="C 4.2.0 plock_ownership=1")
 rows=()
-for kind in rust c own; do
+for kind in ${KINDS:-rust c own}; do
     run=$(mktemp -d /tmp/dlm-vmbench.XXXXXX)
     d=$kind conf=
     [[ $kind == own ]] && d=c conf=plock_ownership=1

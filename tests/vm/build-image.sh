@@ -120,8 +120,9 @@ INIT
     (cd $d && find . | cpio -o -H newc 2>/dev/null | gzip) >initrd.img
 }
 
-# the image's packages (an image built with another list is built again)
-PKGS=systemd-sysv,udev,kmod,iproute2,nftables,procps,psmisc,python3,corosync,dlm-controld,gfs2-utils
+# the image's packages (an image built with another list is built again; strace for
+# profiling a daemon in the guest, STRACE=1 in a bench)
+PKGS=systemd-sysv,udev,kmod,iproute2,nftables,procps,psmisc,python3,strace,corosync,dlm-controld,gfs2-utils
 
 rootfs() {
     [[ -f root.img && $(cat root.pkgs 2>/dev/null) == "$PKGS" ]] && return

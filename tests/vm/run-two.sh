@@ -31,6 +31,8 @@ echo "$DAEMON1" >"$RUN/share/conf/daemon1"
 echo "$DAEMON2" >"$RUN/share/conf/daemon2"
 # BENCH=1: the guests measure first (guest/plocks2.py bench); DLMCONF: more dlm.conf lines
 [[ ${BENCH:-0} == 1 ]] && touch "$RUN/share/conf/bench"
+# STRACE=1: with BENCH=1, the daemon's system calls over the bench (out/nodeN/bench_strace.txt)
+[[ ${STRACE:-0} == 1 ]] && touch "$RUN/share/conf/strace"
 [[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
 # CANCEL=1: an interrupted F_SETLKW each way (guest/plocks2.py cancel; kernels >= 6.6)
 [[ ${CANCEL:-0} == 1 ]] && touch "$RUN/share/conf/cancel"

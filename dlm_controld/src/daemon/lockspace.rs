@@ -187,6 +187,8 @@ struct Shell {
     text: std::sync::Arc<str>,
     /// The actions of one request, reused (see [`Self::perform`]).
     actions: Vec<Action>,
+    /// Replies to the kernel made this loop turn, in order: written together at its end.
+    replies: Vec<crate::kernel::Record>,
     /// Local requests not yet answered, with the time each was read.
     pending: super::outstanding::Outstanding,
     conf: LockspaceConf,
@@ -266,11 +268,7 @@ impl Shell {
             }
             Action::Reply(info) => {
                 self.count_reply(&info);
-                if let Some(dev) = self.ctx.device.as_ref() {
-                    if let Err(e) = dev.write_record(&info.encode()) {
-                        tracing::error!("plock reply: {e}");
-                    }
-                }
+                self.replies.push(info.encode());
                 Ok(())
             }
             // kick_node_from_cluster: a member whose daemon died (PROCDOWN) leaves the
@@ -340,6 +338,21 @@ impl Shell {
             seam.event_done(name, 0)?;
         }
         Ok(())
+    }
+
+    /// The replies made so far go to the kernel, in order, as few system calls as it takes.
+    fn write_replies(&mut self) {
+        if self.replies.is_empty() {
+            return;
+        }
+        if let Some(dev) = self.ctx.device.as_ref() {
+            dev.write_records(&self.replies, |e| tracing::error!("plock reply: {e}"));
+        }
+        self.replies.clear();
+        // a burst's vector is let go
+        if self.replies.capacity() > ACTIONS_KEPT {
+            self.replies = Vec::new();
+        }
     }
 
     /// Remembers when a local request was read; forgets the requests that will never be
@@ -627,6 +640,7 @@ impl Shell {
             core: LsCore::new(name, ctx.our, ctx.embedded, random_seed()),
             text: std::sync::Arc::from(text.as_str()),
             actions: Vec::new(),
+            replies: Vec::new(),
             pending: super::outstanding::Outstanding::default(),
             conf,
             group,
@@ -712,6 +726,7 @@ impl Shell {
     /// backlog and the report published.
     fn after_turn(&mut self, t: &mut Turn) {
         self.drain();
+        self.write_replies();
         t.batch_due = self.send_batch(t.batch_due);
         // a state transfer going out: the next portion once corosync has taken the last
         if self.core.sending() && self.group.queued() < SEND_PER_TURN {
@@ -734,6 +749,7 @@ impl Shell {
     /// The task ends: what is queued goes out, the group is finalized, the requests still
     /// waiting are answered, and the main task hears of it.
     async fn finish(mut self, mut commands: mpsc::UnboundedReceiver<LsCommand>) {
+        self.write_replies();
         // what is still queued goes out before the task ends (a leave's last messages)
         for _ in 0..5000 {
             match self.group.try_flush() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
 use super::{DaemonError, EEXIST, LsCommand, lockspace, query};
-use crate::kernel::MiscDevice;
+use crate::kernel::{MiscDevice, READ_AT_ONCE, Records};
 
 /// fsid → lockspace name, shared by the main task (joins, ends) and the reader.
 pub(crate) type Fsids = Arc<std::sync::RwLock<BTreeMap<u32, Arc<str>>>>;
@@ -106,26 +106,34 @@ impl DeviceGate {
         }
     }
 
-    /// One more record may be read at `now` (monotonic ms) under `limit` per second;
-    /// otherwise it closes.
-    fn admit(&mut self, limit: i64, now: u64) -> bool {
-        if let Err(resume) = self.rate.admit(limit, now) {
-            let wait = Duration::from_millis(resume.saturating_sub(now));
-            self.paused_until = Some(tokio::time::Instant::now() + wait);
-            return false;
-        }
+    /// How many more records (at most [`READ_AT_ONCE`]) may be read at `now` (monotonic
+    /// ms) under `limit` per second; 0 closes it.
+    fn admit(&mut self, limit: i64, now: u64) -> usize {
         if lockspace::over_backlog() {
             crate::metrics::get().plock_read_pauses.inc();
             self.backlogged = true;
             self.paused_until = Some(tokio::time::Instant::now() + Self::BACKLOG_RECHECK);
-            return false;
+            return 0;
         }
-        true
+        match self.rate.admit_up_to(limit, now, READ_AT_ONCE as u64) {
+            Ok(n) => usize::try_from(n).unwrap_or(READ_AT_ONCE),
+            Err(resume) => {
+                let wait = Duration::from_millis(resume.saturating_sub(now));
+                self.paused_until = Some(tokio::time::Instant::now() + wait);
+                0
+            }
+        }
+    }
+
+    /// Of the records admitted, `n` were not there to read.
+    fn unused(&mut self, n: usize) {
+        self.rate.unused(n as u64);
     }
 }
 
-/// Every request queued on the device, per wakeup (C reads one per poll), while the gate
-/// lets; readiness is kept for after a pause.
+/// Every request queued on the device, per wakeup (C reads one per poll), up to
+/// [`READ_AT_ONCE`] per system call, while the gate lets; readiness is kept for after a
+/// pause. A read that brings fewer records than it had room for emptied the device.
 fn read_plocks(
     guard: &mut tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>,
     gate: &mut DeviceGate,
@@ -134,21 +142,31 @@ fn read_plocks(
     fsids: &Fsids,
     registry: &query::Registry,
 ) -> Result<(), DaemonError> {
+    let mut batch = Records::default();
     loop {
-        // one clock read per record: the gate and the plock log's line
+        // one clock read per read: the gate and the plock log's lines
         let now_ms = crate::clock::monotonic_ms();
-        if !gate.admit(limit, now_ms) {
+        let room = gate.admit(limit, now_ms);
+        if room == 0 {
             return Ok(());
         }
-        let mut buf = [0u8; 128];
+        batch.limit(room);
         let dev = &guard.get_inner().0;
-        match dev.try_read_record(&mut buf) {
+        match dev.try_read_records(&mut batch) {
             Ok(0) => {
                 let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
                 return Err(DaemonError::Io("plock device", eof));
             }
-            Ok(n) => plock_request(&buf[..n], now_ms, our, fsids, registry, dev),
+            Ok(n) => {
+                gate.unused(room - n);
+                plock_requests(&batch, now_ms, our, fsids, registry, dev);
+                if n < room {
+                    guard.clear_ready();
+                    return Ok(());
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                gate.unused(room);
                 guard.clear_ready();
                 return Ok(());
             }
@@ -157,10 +175,11 @@ fn read_plocks(
     }
 }
 
-/// One record from the plock device (`process_plocks`): to its lockspace's task, or an
-/// early error reply. Malformed records are dropped (the kernel never sends them).
-fn plock_request(
-    bytes: &[u8],
+/// The records of one read (`process_plocks`), each to its lockspace's task or answered
+/// at once. A zero-length record is the fake kernel going away: the ones before it are
+/// handled, and the next read says so.
+fn plock_requests(
+    batch: &Records,
     now_ms: u64,
     our: u32,
     fsids: &Fsids,
@@ -170,6 +189,21 @@ fn plock_request(
     let (Ok(lockspaces), Ok(fsids)) = (registry.lock(), fsids.read()) else {
         return;
     };
+    for bytes in batch.iter().take_while(|b| !b.is_empty()) {
+        plock_request(bytes, now_ms, our, &fsids, &lockspaces, device);
+    }
+}
+
+/// One record from the plock device: to its lockspace's task, or an early error reply.
+/// Malformed records are dropped (the kernel never sends them).
+fn plock_request(
+    bytes: &[u8],
+    now_ms: u64,
+    our: u32,
+    fsids: &BTreeMap<u32, Arc<str>>,
+    lockspaces: &query::Tasks,
+    device: &MiscDevice,
+) {
     let mut info = match dlm_proto::kernel::PlockInfo::decode(bytes) {
         Ok(i) => i,
         Err(e) => {
@@ -221,7 +255,5 @@ pub(crate) fn answer_gone(device: &MiscDevice, info: &dlm_proto::kernel::PlockIn
         rv: -EEXIST,
         ..*info
     };
-    if let Err(e) = device.write_record(&reply.encode()) {
-        tracing::error!("plock reply: {e}");
-    }
+    device.write_records(&[reply.encode()], |e| tracing::error!("plock reply: {e}"));
 }

@@ -36,7 +36,9 @@ pub(crate) type ConfigDump = Arc<Mutex<Arc<String>>>;
 pub(crate) type SharedStatus = Arc<Mutex<crate::status::DaemonStatus>>;
 
 /// The lockspace tasks, by name, shared with the main task.
-pub(crate) type Registry = Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<LsCommand>>>>;
+pub(crate) type Registry = Arc<Mutex<Tasks>>;
+/// The lockspace tasks' command queues by name.
+pub(crate) type Tasks = BTreeMap<String, mpsc::UnboundedSender<LsCommand>>;
 
 /// Each lockspace's report as its task last published it (at every membership change and
 /// once a second): `dlm_tool ls` is answered from it without waiting for the task, which

@@ -1,10 +1,141 @@
-//! What the seam hands out: a misc device (one record per read or write) and the uevent
-//! source, and what a failed uevent read means.
+//! What the seam hands out: a misc device (one record per read or write, or a batch of
+//! them per system call) and the uevent source, and what a failed uevent read means.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use nix::sys::socket::{MsgFlags, recv, send};
+use dlm_proto::kernel::PLOCK_INFO_SIZE;
+use nix::sys::socket::{MsgFlags, recv};
+
+/// One record as written to the plock device.
+pub type Record = [u8; PLOCK_INFO_SIZE];
+
+/// Room for one record in a batch read: the plock device's are 64 bytes; a longer datagram
+/// of the fake kernel still shows as longer than that (and the decoder refuses it).
+const RECORD_ROOM: usize = 2 * PLOCK_INFO_SIZE;
+/// Records read by one system call at most.
+pub const READ_AT_ONCE: usize = 16;
+/// Records written by one system call at most.
+const WRITE_AT_ONCE: usize = 64;
+
+/// Records read from a misc device by one call of [`MiscDevice::try_read_records`].
+#[derive(Debug)]
+pub struct Records {
+    bufs: [[u8; RECORD_ROOM]; READ_AT_ONCE],
+    lens: [usize; READ_AT_ONCE],
+    len: usize,
+    room: usize,
+}
+
+impl Default for Records {
+    fn default() -> Self {
+        Self {
+            bufs: [[0; RECORD_ROOM]; READ_AT_ONCE],
+            lens: [0; READ_AT_ONCE],
+            len: 0,
+            room: READ_AT_ONCE,
+        }
+    }
+}
+
+impl Records {
+    /// The next read takes at most `n` records (at most [`READ_AT_ONCE`], at least one).
+    pub fn limit(&mut self, n: usize) {
+        self.room = n.clamp(1, READ_AT_ONCE);
+    }
+
+    fn room(&self) -> usize {
+        self.room
+    }
+
+    /// The records of the last read, each as it came (a well-formed one is 64 bytes).
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.bufs[..self.len]
+            .iter()
+            .zip(&self.lens)
+            .map(|(b, &n)| &b[..n.min(RECORD_ROOM)])
+    }
+}
+
+/// The lengths of the records a `readv` of `bytes` filled, 64 bytes each (the last one
+/// shorter only if the kernel ever wrote less); their count.
+fn split_read(bytes: usize, lens: &mut [usize]) -> usize {
+    let n = bytes.div_ceil(PLOCK_INFO_SIZE).min(lens.len());
+    for (i, len) in lens[..n].iter_mut().enumerate() {
+        *len = (bytes - i * PLOCK_INFO_SIZE).min(PLOCK_INFO_SIZE);
+    }
+    n
+}
+
+/// `recvmmsg` without waiting: a datagram into each buffer; their lengths into `lens`.
+fn recv_many(
+    fd: std::os::fd::RawFd,
+    bufs: &mut [[u8; RECORD_ROOM]],
+    lens: &mut [usize],
+) -> io::Result<usize> {
+    let n = bufs.len().min(lens.len()).min(READ_AT_ONCE);
+    let mut iovs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; READ_AT_ONCE];
+    for (iov, buf) in iovs.iter_mut().zip(bufs.iter_mut()).take(n) {
+        iov.iov_base = buf.as_mut_ptr().cast();
+        iov.iov_len = RECORD_ROOM;
+    }
+    // SAFETY: mmsghdr is plain data for which all zeroes is valid (no name, no control
+    // data, no buffers yet).
+    let mut hdrs: [libc::mmsghdr; READ_AT_ONCE] = unsafe { std::mem::zeroed() };
+    let iov_ptr = iovs.as_mut_ptr();
+    for (i, h) in hdrs.iter_mut().enumerate().take(n) {
+        // SAFETY: i < n <= READ_AT_ONCE, inside iovs.
+        h.msg_hdr.msg_iov = unsafe { iov_ptr.add(i) };
+        h.msg_hdr.msg_iovlen = 1;
+    }
+    let vlen = libc::c_uint::try_from(n).unwrap_or(0);
+    // SAFETY: the first n headers each point at one iovec of a buffer of RECORD_ROOM
+    // bytes that `bufs` lends mutably for this call; iovs and hdrs outlive it.
+    let r = unsafe {
+        libc::recvmmsg(
+            fd,
+            hdrs.as_mut_ptr(),
+            vlen,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    let got = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
+    for (len, h) in lens.iter_mut().zip(&hdrs).take(got) {
+        *len = h.msg_len as usize;
+    }
+    Ok(got)
+}
+
+/// `sendmmsg`: a datagram of each record; how many were sent.
+fn send_many(fd: std::os::fd::RawFd, records: &[Record]) -> io::Result<usize> {
+    let n = records.len().min(WRITE_AT_ONCE);
+    let mut iovs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; WRITE_AT_ONCE];
+    for (iov, r) in iovs.iter_mut().zip(records).take(n) {
+        // sendmmsg only reads through it
+        iov.iov_base = r.as_ptr().cast_mut().cast();
+        iov.iov_len = PLOCK_INFO_SIZE;
+    }
+    // SAFETY: as in recv_many: plain data, all zeroes valid.
+    let mut hdrs: [libc::mmsghdr; WRITE_AT_ONCE] = unsafe { std::mem::zeroed() };
+    let iov_ptr = iovs.as_mut_ptr();
+    for (i, h) in hdrs.iter_mut().enumerate().take(n) {
+        // SAFETY: i < n <= WRITE_AT_ONCE, inside iovs.
+        h.msg_hdr.msg_iov = unsafe { iov_ptr.add(i) };
+        h.msg_hdr.msg_iovlen = 1;
+    }
+    let vlen = libc::c_uint::try_from(n).unwrap_or(0);
+    // SAFETY: the first n headers each point at one iovec of a record of 64 bytes that
+    // `records` lends for this call (the kernel only reads them); iovs and hdrs outlive it.
+    let r = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), vlen, libc::MSG_NOSIGNAL) };
+    usize::try_from(r).map_err(|_| io::Error::last_os_error())
+}
 
 /// An open misc device: one record per read() or write().
 #[derive(Debug)]
@@ -24,30 +155,68 @@ impl MiscDevice {
         }
     }
 
-    /// Reads one record if one is queued (`WouldBlock` otherwise). The plock device never
-    /// blocks on read (it returns EAGAIN when empty); the fake kernel's socket is asked not to.
-    pub fn try_read_record(&self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.socket {
-            Ok(recv(self.fd.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT)?)
+    /// Reads the records queued, up to `batch.room()`, with one system call: `readv` of
+    /// 64-byte buffers on the plock device (the kernel reads one request into each, and
+    /// stops at the first EAGAIN), `recvmmsg` on the fake kernel's socket. `WouldBlock`
+    /// when none is queued; fewer than asked means the device was empty after the last
+    /// one; `Ok(0)` that the fake kernel went away.
+    pub fn try_read_records(&self, batch: &mut Records) -> io::Result<usize> {
+        let room = batch.room();
+        let n = if self.socket {
+            recv_many(
+                self.fd.as_raw_fd(),
+                &mut batch.bufs[..room],
+                &mut batch.lens,
+            )?
         } else {
-            Ok(nix::unistd::read(&self.fd, buf)?)
-        }
+            let mut bufs = batch.bufs.iter_mut();
+            let mut iov: [io::IoSliceMut<'_>; READ_AT_ONCE] = std::array::from_fn(|_| {
+                bufs.next().map_or_else(
+                    || io::IoSliceMut::new(&mut []),
+                    |b| io::IoSliceMut::new(&mut b[..PLOCK_INFO_SIZE]),
+                )
+            });
+            let bytes = nix::sys::uio::readv(&self.fd, &mut iov[..room])?;
+            split_read(bytes, &mut batch.lens)
+        };
+        batch.len = n;
+        Ok(n)
     }
 
-    /// Writes one record.
-    pub fn write_record(&self, bytes: &[u8]) -> io::Result<()> {
-        let n = if self.socket {
-            send(self.fd.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL)?
-        } else {
-            nix::unistd::write(&self.fd, bytes)?
-        };
-        if n == bytes.len() {
-            Ok(())
-        } else {
-            Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "short write to a misc device",
-            ))
+    /// Writes `records` in order, as many per system call as it takes (`writev` on the
+    /// plock device, one record per buffer; `sendmmsg` on the fake kernel's socket). A
+    /// record that fails is reported to `failed` and skipped; the others are still written.
+    pub fn write_records(&self, records: &[Record], mut failed: impl FnMut(io::Error)) {
+        let mut rest = records;
+        while !rest.is_empty() {
+            let chunk = &rest[..rest.len().min(WRITE_AT_ONCE)];
+            let done = if self.socket {
+                send_many(self.fd.as_raw_fd(), chunk)
+            } else {
+                let mut records = chunk.iter();
+                let iov: [io::IoSlice<'_>; WRITE_AT_ONCE] = std::array::from_fn(|_| {
+                    records
+                        .next()
+                        .map_or_else(|| io::IoSlice::new(&[]), |r| io::IoSlice::new(r))
+                });
+                nix::sys::uio::writev(&self.fd, &iov[..chunk.len()])
+                    .map(|bytes| bytes / PLOCK_INFO_SIZE)
+                    .map_err(io::Error::from)
+            };
+            match done {
+                Ok(0) => {
+                    failed(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "short write to a misc device",
+                    ));
+                    rest = &rest[1..];
+                }
+                Ok(n) => rest = &rest[n.min(rest.len())..],
+                Err(e) => {
+                    failed(e);
+                    rest = &rest[1..];
+                }
+            }
         }
     }
 
@@ -158,5 +327,21 @@ mod tests {
         assert_eq!(UeventLoss::of(&cut), Some(UeventLoss::Truncated));
         assert_eq!(UeventLoss::of(&os(libc::EBADF)), None);
         assert_eq!(UeventLoss::of(&os(libc::ENOTSOCK)), None);
+    }
+
+    #[test]
+    fn a_readv_of_the_plock_device_is_split_into_its_records() {
+        let mut lens = [0usize; READ_AT_ONCE];
+        assert_eq!(split_read(0, &mut lens), 0);
+        assert_eq!(split_read(192, &mut lens), 3);
+        assert_eq!(lens[..3], [64, 64, 64]);
+        // a kernel that ever wrote less: the last record as it came (the decoder refuses it)
+        assert_eq!(split_read(70, &mut lens), 2);
+        assert_eq!(lens[..2], [64, 6]);
+        assert_eq!(
+            split_read(64 * 40, &mut lens),
+            READ_AT_ONCE,
+            "never past the room"
+        );
     }
 }

@@ -26,7 +26,7 @@ mod device;
 mod real;
 mod rooted;
 
-pub use device::{MiscDevice, UeventLoss, UeventSource};
+pub use device::{MiscDevice, READ_AT_ONCE, Record, Records, UeventLoss, UeventSource};
 pub use real::RealKernel;
 pub use rooted::RootedKernel;
 

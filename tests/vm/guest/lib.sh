@@ -125,3 +125,18 @@ shutdown_node() {
     sync
     systemctl poweroff -ff
 }
+
+# threads LABEL: each daemon thread's context switches and CPU ticks, appended to
+# $OUT/threads.txt (taken around a timed loop)
+threads() {
+    for t in /proc/$(pgrep -o -x dlm_controld)/task/*; do
+        printf '%s %s %s %s\n' "$1" "$(cat $t/comm)" \
+            "$(awk '/^voluntary_ctxt/ {v=$2} /^nonvoluntary_ctxt/ {print v, $2}' $t/status)" \
+            "$(awk '{print "user", $14, "sys", $15}' $t/stat)"
+    done >>$OUT/threads.txt
+}
+
+# metrics FILE: our daemon's Prometheus metrics, when it serves them
+metrics() {
+    python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:9465/metrics").read().decode())' >"$1" 2>/dev/null
+}

@@ -47,14 +47,6 @@ mount -t gfs2 /dev/vdb /mnt
 t4=$(ms)
 echo "mount_ms $((t4 - t3))" >>$OUT/times.txt
 ctool ls
-# each daemon thread's context switches and CPU ticks around plocks.py (threads.txt)
-threads() {
-    for t in /proc/$(pgrep -o -x dlm_controld)/task/*; do
-        printf '%s %s %s %s\n' "$1" "$(cat $t/comm)" \
-            "$(awk '/^voluntary_ctxt/ {v=$2} /^nonvoluntary_ctxt/ {print v, $2}' $t/status)" \
-            "$(awk '{print "user", $14, "sys", $15}' $t/stat)"
-    done >>$OUT/threads.txt
-}
 threads before
 PAIRS_MARK=$OUT/pairs_start python3 /host/guest/plocks.py /mnt >$OUT/plocks.txt 2>&1
 echo "plocks.py exit $?" >>$OUT/plocks.txt

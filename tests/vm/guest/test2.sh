@@ -27,7 +27,19 @@ mount -t gfs2 /dev/vdb /mnt
 barrier mounted
 ctool ls
 # the side-by-side numbers, when tests/vm/bench-two.sh asks for them
-[ -f /host/conf/bench ] && python3 /host/guest/plocks2.py "$N" /mnt $SYNC bench >$OUT/bench.txt 2>&1
+if [ -f /host/conf/bench ]; then
+    threads before
+    # STRACE=1 (run-two.sh): the daemon's system calls over the bench, counted
+    if [ -f /host/conf/strace ]; then
+        strace -c -f -o $OUT/bench_strace.txt -p "$(pgrep -o -x dlm_controld)" &
+        tracer=$!
+        sleep 1
+    fi
+    python3 /host/guest/plocks2.py "$N" /mnt $SYNC bench >$OUT/bench.txt 2>&1
+    [ -n "${tracer:-}" ] && kill -INT $tracer && wait $tracer
+    threads after
+    [ "$DAEMON" = rust ] && metrics $OUT/bench_metrics.txt
+fi
 python3 /host/guest/plocks2.py "$N" /mnt $SYNC >$OUT/plocks.txt 2>&1
 echo "plocks2.py exit $?" >>$OUT/plocks.txt
 # processes locking crosswise on the two nodes (a deadlock across nodes), when our
