@@ -216,8 +216,6 @@ pub struct LsCore {
     local: Local,
     /// The NATIVE message being filled.
     writer: NativeWriter,
-    /// The writer holds a request (it goes at the end of the loop turn).
-    batch_requests: bool,
     /// The started change is native and no change is pending: we decide and send natively.
     native_sending: bool,
     /// We are the started change's only member (decided entries stay here).
@@ -268,7 +266,6 @@ impl LsCore {
                 global_id: gid,
                 ..DlmHeader::new(DAEMON_PROTOCOL, MsgType::NATIVE, our)
             }),
-            batch_requests: false,
             native_sending: false,
             alone: false,
             stats: NativeStats::default(),
@@ -699,7 +696,8 @@ impl LsCore {
     }
 
     /// Every resource our decisions changed goes out as a STATE, then the batch: what the
-    /// shell sends every few milliseconds, and what goes before our START.
+    /// shell sends every `plock_native_sync_ms` (so other nodes' tables and dumps show our
+    /// decisions), and what goes before our START.
     pub fn sync(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         if self.native_sending {
@@ -752,7 +750,6 @@ impl LsCore {
             && !self.local.shared(info.number, now_ms)
             && self.owners.count(self.our) < OWNED_MAX;
         self.push_entry(NativeKind::Request { claim }, info, out);
-        self.batch_requests = true;
     }
 
     fn push_entry(&mut self, kind: NativeKind, info: &PlockInfo, out: &mut Vec<Action>) {
@@ -762,9 +759,9 @@ impl LsCore {
         let _ = self.writer.push(&NativeEntry { kind, info: *info });
     }
 
-    /// The NATIVE message being filled, if any, as a send.
+    /// The NATIVE message being filled, if any, as a send: what the shell sends at the end
+    /// of a loop turn that made it [`Self::batch_urgent`].
     pub fn flush(&mut self) -> Vec<Action> {
-        self.batch_requests = false;
         match self.writer.finish() {
             Some(bytes) => {
                 self.stats.batches += 1;
@@ -774,15 +771,17 @@ impl LsCore {
         }
     }
 
-    /// The batch holds requests: send it at the end of this loop turn (a process waits).
+    /// The batch holds entries (a request a process waits for, a RELEASE another node
+    /// waits for, the STATEs that must reach the others before them): [`Self::flush`] at
+    /// the end of this loop turn.
     pub fn batch_urgent(&self) -> bool {
-        self.batch_requests
+        !self.writer.is_empty()
     }
 
-    /// The batch holds entries, or our decisions changed resources others have not seen:
-    /// [`Self::sync`] within a few milliseconds.
+    /// Our decisions changed resources the other members have not seen: [`Self::sync`] in
+    /// a while.
     pub fn batch_pending(&self) -> bool {
-        !self.writer.is_empty() || !self.local.dirty.is_empty()
+        !self.local.dirty.is_empty()
     }
 
     /// The once-a-second retry, or a quorum change.

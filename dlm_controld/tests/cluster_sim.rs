@@ -351,9 +351,13 @@ impl Sim {
                     moved = true;
                 }
                 Self::perform(node, a, seed);
-                // the shell's end of turn: requests go at once, decided entries alone a
-                // little later
-                if node.core.batch_urgent() || (node.core.batch_pending() && self.turns % 3 == 0) {
+                // the shell's end of turn: the batch (requests, releases) goes at once, the
+                // STATEs of our decisions a little later
+                if node.core.batch_urgent() {
+                    let a = node.core.flush();
+                    Self::perform(node, a, seed);
+                }
+                if node.core.batch_pending() && self.turns % 3 == 0 {
                     let a = node.core.sync();
                     Self::perform(node, a, seed);
                 }

@@ -265,12 +265,15 @@ pub fn run(bytes: &[u8]) {
                 _ => {}
             }
         }
-        // the shell's end of turn: the batch and our STATEs go out
-        if r[7] & 0x20 != 0 || core.batch_urgent() {
-            for a in core.sync() {
-                if let Action::Send(bytes) = a {
-                    ours.push_back(bytes);
-                }
+        // the shell's end of turn: the batch goes out, and now and then our STATEs
+        let out = match (core.batch_urgent(), r[7] & 0x20 != 0) {
+            (_, true) => core.sync(),
+            (true, false) => core.flush(),
+            (false, false) => Vec::new(),
+        };
+        for a in out {
+            if let Action::Send(bytes) = a {
+                ours.push_back(bytes);
             }
         }
         // a state transfer going out is handed over in portions

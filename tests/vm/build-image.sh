@@ -122,7 +122,7 @@ INIT
 
 # the image's packages (an image built with another list is built again; strace for
 # profiling a daemon in the guest, STRACE=1 in a bench)
-PKGS=systemd-sysv,udev,kmod,iproute2,nftables,procps,psmisc,python3,strace,corosync,dlm-controld,gfs2-utils
+PKGS=systemd-sysv,udev,kmod,iproute2,nftables,procps,psmisc,python3,strace${EXTRA_PKGS:+,$EXTRA_PKGS},corosync,dlm-controld,gfs2-utils
 
 rootfs() {
     [[ -f root.img && $(cat root.pkgs 2>/dev/null) == "$PKGS" ]] && return

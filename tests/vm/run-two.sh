@@ -33,6 +33,12 @@ echo "$DAEMON2" >"$RUN/share/conf/daemon2"
 [[ ${BENCH:-0} == 1 ]] && touch "$RUN/share/conf/bench"
 # STRACE=1: with BENCH=1, the daemon's system calls over the bench (out/nodeN/bench_strace.txt)
 [[ ${STRACE:-0} == 1 ]] && touch "$RUN/share/conf/strace"
+# PERF=1: with BENCH=1 and an image built with EXTRA_PKGS=linux-perf, the daemon sampled
+# over the bench (out/nodeN/bench_perf.txt)
+if [[ ${PERF:-0} == 1 ]]; then
+    touch "$RUN/share/conf/perf"
+    cp "$repo/target/release/dlm_controld" "$RUN/share/bin/dlm_controld.unstripped"
+fi
 [[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
 # CANCEL=1: an interrupted F_SETLKW each way (guest/plocks2.py cancel; kernels >= 6.6)
 [[ ${CANCEL:-0} == 1 ]] && touch "$RUN/share/conf/cancel"

@@ -97,7 +97,15 @@ pub struct ConfFile {
     /// This build's own `c_peers_apply_cancel=0|1` (off when absent): the C daemons this
     /// one shares lockspaces with apply plock CANCEL (dlm 4.3.0 and later).
     pub c_peers_apply_cancel: Option<bool>,
+    /// This build's own `plock_native_sync_ms=<ms>`: how often a node's local decisions go
+    /// to the other members' tables (docs/native-mode.md; 0: only when they must).
+    pub plock_native_sync_ms: Option<u32>,
 }
+
+/// `plock_native_sync_ms` when dlm.conf does not say.
+pub const NATIVE_SYNC_MS_DEFAULT: u32 = 1000;
+/// The longest `plock_native_sync_ms` accepted (an hour).
+const NATIVE_SYNC_MS_MAX: u32 = 3_600_000;
 
 impl ConfFile {
     /// The devices that fence `nodeid`, in order; empty = none configured (the daemon then
@@ -259,6 +267,14 @@ impl Reader {
             }
             "log_format" => {
                 self.conf.log_format = Some(v.to_owned());
+                return Ok(true);
+            }
+            "plock_native_sync_ms" => {
+                let ms = v.parse::<u32>().ok().filter(|&ms| ms <= NATIVE_SYNC_MS_MAX);
+                let msg = format!(
+                    "{key} must be a number of milliseconds from 0 to {NATIVE_SYNC_MS_MAX}"
+                );
+                self.conf.plock_native_sync_ms = Some(ms.ok_or_else(|| l.err(&msg))?);
                 return Ok(true);
             }
             _ => return Ok(false),
@@ -463,6 +479,22 @@ connect bar node=1 port=5
                 .contains("plock_deadlock_detect must be 0 or 1"),
             "{e}"
         );
+        let c = parse_conf("plock_native_sync_ms=250\n").expect("parses");
+        assert_eq!(c.plock_native_sync_ms, Some(250));
+        assert_eq!(
+            parse_conf("plock_native_sync_ms=0\n")
+                .expect("parses")
+                .plock_native_sync_ms,
+            Some(0)
+        );
+        for bad in ["-1", "x", "3600001"] {
+            let e = parse_conf(&format!("plock_native_sync_ms={bad}\n")).expect_err(bad);
+            assert!(
+                e.to_string()
+                    .contains("plock_native_sync_ms must be a number"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

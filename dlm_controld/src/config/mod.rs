@@ -8,7 +8,10 @@ mod options;
 mod value;
 
 pub use cli::{CliAction, CliError, parse_args};
-pub use file::{ConfError, ConfFile, ConfWarning, FenceMethod, LockspaceConf, parse_conf};
+pub use file::{
+    ConfError, ConfFile, ConfWarning, FenceMethod, LockspaceConf, NATIVE_SYNC_MS_DEFAULT,
+    parse_conf,
+};
 pub use options::{Opt, OptSpec, OptType, Options, Source, TABLE, Value};
 pub use value::ValueError;
 

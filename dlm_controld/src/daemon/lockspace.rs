@@ -106,15 +106,6 @@ const EVENTS_PER_TURN: usize = 64;
 const COMMANDS_PER_TURN: usize = 64;
 /// The capacity of an action vector kept for reuse, at most.
 const ACTIONS_KEPT: usize = 256;
-/// Our decisions reach the other members' tables (STATEs) at most this late
-/// (docs/native-mode.md).
-const BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
-
-async fn sleep_until_some(due: Option<tokio::time::Instant>) {
-    if let Some(d) = due {
-        tokio::time::sleep_until(d).await;
-    }
-}
 
 /// This lockspace's series, resolved once (a label lookup per message would cost more
 /// than the message's own handling in a state transfer).
@@ -475,20 +466,28 @@ impl Shell {
         }
     }
 
-    /// The native batch: requests go at the end of the turn that read them; the STATEs of
-    /// what we decided within [`BATCH_DELAY`]. Returns when the pending batch is due.
-    fn send_batch(&mut self, due: Option<tokio::time::Instant>) -> Option<tokio::time::Instant> {
-        // the clock only when a batch waits (not once per request of a lone node)
-        let now = || tokio::time::Instant::now();
-        if self.core.batch_urgent() || due.is_some_and(|d| d <= now()) {
+    /// The native batch: requests and releases go at the end of the turn that made them;
+    /// the STATEs of what we decided every `plock_native_sync_ms` (the timer is armed when
+    /// the first decision waits, so the clock is read once per sync, not per request).
+    fn send_batch(&mut self, t: &mut Turn) {
+        if self.core.batch_urgent() {
+            let a = self.core.flush();
+            self.perform(a);
+        }
+        if std::mem::take(&mut t.sync_now) {
+            t.sync_armed = false;
             let a = self.core.sync();
             self.perform(a);
         }
-        self.publish_native();
-        if !self.core.batch_pending() {
-            return None;
+        if self.core.batch_pending() && !t.sync_armed {
+            if let Some(every) = self.ctx.native_sync {
+                t.sync_timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + every);
+                t.sync_armed = true;
+            }
         }
-        Some(due.unwrap_or_else(|| now() + BATCH_DELAY))
+        self.publish_native();
     }
 
     /// Publishes the report for the query socket when membership may have changed.
@@ -600,7 +599,12 @@ struct Turn {
     quorum: tokio::sync::watch::Receiver<super::QuorumState>,
     fenced: tokio::sync::watch::Receiver<super::FenceFacts>,
     last_flush: Flush,
-    batch_due: Option<tokio::time::Instant>,
+    /// The next sync of our decisions, armed while some wait for it (one timer kept
+    /// across turns: a turn registers nothing with the timer wheel).
+    sync_timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    sync_armed: bool,
+    /// The timer went off: sync at the end of this turn.
+    sync_now: bool,
     count: u32,
     leave: LeaveRetry,
 }
@@ -611,7 +615,9 @@ impl Turn {
             quorum: ctx.quorum.clone(),
             fenced: ctx.fencing.clone(),
             last_flush: Flush::Empty,
-            batch_due: None,
+            sync_timer: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+            sync_armed: false,
+            sync_now: false,
             count: 0,
             leave: LeaveRetry::default(),
         }
@@ -710,7 +716,7 @@ impl Shell {
                 t.leave.attempt(&mut self.group);
             }
             // decided entries waiting for company: they go now
-            () = sleep_until_some(t.batch_due), if t.batch_due.is_some() => {}
+            () = &mut t.sync_timer, if t.sync_armed => t.sync_now = true,
         }
         self.after_turn(t);
         true
@@ -727,7 +733,7 @@ impl Shell {
     fn after_turn(&mut self, t: &mut Turn) {
         self.drain();
         self.write_replies();
-        t.batch_due = self.send_batch(t.batch_due);
+        self.send_batch(t);
         // a state transfer going out: the next portion once corosync has taken the last
         if self.core.sending() && self.group.queued() < SEND_PER_TURN {
             let a = self.with_env(|core, env| core.pump(env, SEND_PER_TURN));

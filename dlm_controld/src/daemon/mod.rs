@@ -576,6 +576,9 @@ pub(crate) struct LsContext {
     pub(crate) kick: mpsc::UnboundedSender<u32>,
     /// `plock_native` (docs/native-mode.md): our STARTs offer native mode.
     pub(crate) native: bool,
+    /// `plock_native_sync_ms`: how often our local decisions go to the other members'
+    /// tables (`None`: only when they must, docs/native-mode.md).
+    pub(crate) native_sync: Option<Duration>,
     /// `plock_deadlock_detect`: our STARTs offer deadlock detection.
     pub(crate) deadlock: bool,
     /// `c_peers_apply_cancel`: our STARTs say the C members apply CANCEL.

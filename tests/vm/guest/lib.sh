@@ -31,6 +31,8 @@ setup_node() {
     cp /host/conf/dlm.conf /etc/dlm/dlm.conf
     if [ "$DAEMON" = rust ] && [ -z "${INSTALL_LATER:-}" ]; then
         install_ours
+        # a profiled run (PERF=1): the same build with its symbols (the package's is stripped)
+        [ -f /host/conf/perf ] && cp /host/bin/dlm_controld.unstripped /usr/sbin/dlm_controld
     fi
     /usr/sbin/dlm_controld --version
 }

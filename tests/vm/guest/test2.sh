@@ -35,8 +35,20 @@ if [ -f /host/conf/bench ]; then
         tracer=$!
         sleep 1
     fi
+    # PERF=1 (run-two.sh): where the daemon's time goes over the bench, sampled (our
+    # binary with its symbols: setup_node)
+    if [ -f /host/conf/perf ]; then
+        perf record -e cpu-clock -F 2000 -o /tmp/perf.data -p "$(pgrep -o -x dlm_controld)" 2>/dev/null &
+        profiler=$!
+        sleep 1
+    fi
     python3 /host/guest/plocks2.py "$N" /mnt $SYNC bench >$OUT/bench.txt 2>&1
     [ -n "${tracer:-}" ] && kill -INT $tracer && wait $tracer
+    if [ -n "${profiler:-}" ]; then
+        kill -INT $profiler && wait $profiler
+        perf report -i /tmp/perf.data --stdio --no-children --sort dso 2>/dev/null | grep '%' >$OUT/bench_perf.txt
+        perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym 2>/dev/null | grep '%' | head -150 >>$OUT/bench_perf.txt
+    fi
     threads after
     [ "$DAEMON" = rust ] && metrics $OUT/bench_metrics.txt
 fi
