@@ -93,7 +93,14 @@ pub(crate) const BACKLOG_MAX: usize = 4096;
 /// (one atomic, exact at every scrape): the main task adds each request it queues for a task,
 /// the task takes it out when it takes the request and adds or takes out its own share.
 pub(crate) fn over_backlog() -> bool {
-    crate::metrics::get().plock_backlog.get() > i64::try_from(BACKLOG_MAX).unwrap_or(i64::MAX)
+    backlog_room() == 0
+}
+
+/// Requests the device may still be read for before the backlog is over [`BACKLOG_MAX`].
+pub(crate) fn backlog_room() -> usize {
+    let now = crate::metrics::get().plock_backlog.get();
+    let now = usize::try_from(now).unwrap_or(0);
+    (BACKLOG_MAX + 1).saturating_sub(now)
 }
 
 /// Messages of one batch sent at once; the rest wait in the queue (see `perform`).

@@ -106,16 +106,17 @@ impl DeviceGate {
         }
     }
 
-    /// How many more records (at most [`READ_AT_ONCE`]) may be read at `now` (monotonic
-    /// ms) under `limit` per second; 0 closes it.
+    /// How many more records (at most [`READ_AT_ONCE`], and never past the backlog bound)
+    /// may be read at `now` (monotonic ms) under `limit` per second; 0 closes it.
     fn admit(&mut self, limit: i64, now: u64) -> usize {
-        if lockspace::over_backlog() {
+        let room = lockspace::backlog_room().min(READ_AT_ONCE);
+        if room == 0 {
             crate::metrics::get().plock_read_pauses.inc();
             self.backlogged = true;
             self.paused_until = Some(tokio::time::Instant::now() + Self::BACKLOG_RECHECK);
             return 0;
         }
-        match self.rate.admit_up_to(limit, now, READ_AT_ONCE as u64) {
+        match self.rate.admit_up_to(limit, now, room as u64) {
             Ok(n) => usize::try_from(n).unwrap_or(READ_AT_ONCE),
             Err(resume) => {
                 let wait = Duration::from_millis(resume.saturating_sub(now));

@@ -200,7 +200,13 @@ fn main() -> ExitCode {
     .filter(|(i, _)| std::env::var("VS_KINDS").map_or(true, |v| v.contains(&i.to_string())))
     .map(|(_, k)| k)
     .collect();
-    let cases = [Case::NodeLocal, Case::OneFile, Case::Contended];
+    // `VS_CASES=<indexes>` (e.g. `2`: the contended case alone), for profiling
+    let cases: Vec<Case> = [Case::NodeLocal, Case::OneFile, Case::Contended]
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| std::env::var("VS_CASES").map_or(true, |v| v.contains(&i.to_string())))
+        .map(|(_, c)| c)
+        .collect();
     let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
     let mut n = 0;
     for _round in 0..2 {
@@ -210,7 +216,7 @@ fn main() -> ExitCode {
                 eprintln!("{} did not start", kind.label());
                 return ExitCode::FAILURE;
             };
-            for case in cases {
+            for &case in &cases {
                 match one_run(&cs, &s, case, secs) {
                     Some(r) => runs.entry((case, kind)).or_default().push(r),
                     None => {
@@ -225,7 +231,7 @@ fn main() -> ExitCode {
         }
     }
     let mut rows = Vec::new();
-    for case in cases {
+    for &case in &cases {
         let c = median(
             runs.get(&(case, Kind::CDefault))
                 .cloned()
