@@ -17,7 +17,7 @@ use dlm_proto::wire::{
 
 use crate::log::{PLOCK_DEBUG_TARGET, PLOCK_TARGET};
 use crate::membership::{self, ChangeInfo, Env, FenceView, Membership, NodeHistory};
-use crate::native::{CLAIM_MAX, Local, OWNED_MAX, Owners, RELEASE_AT, ReplyOrder};
+use crate::native::{CLAIM_MAX, Fresh, Local, OWNED_MAX, Owners, RELEASE_AT, ReplyOrder};
 
 /// What the lockspace's shell must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub enum Action {
     KickNode(u32),
     /// Our leave is complete: remove configfs members, `event_done` = 0, end the task.
     Left,
+    /// The plock dumps that waited ([`LsCore::want_fresh`]) may be made: every owner's
+    /// decisions are in our table (or the wait was given up).
+    Fresh,
     /// We sent our plock state to joining nodes: this many PLOCKS_DATA messages.
     TransferSent {
         /// PLOCKS_DATA messages.
@@ -164,6 +167,10 @@ enum Item {
     Purge(u32),
     /// A node's START: what it owned goes back.
     Disown(u32),
+    /// A NATIVE `SYNC`: node `from` asks the owners for their STATEs (request `id`).
+    Sync { from: u32, id: u64 },
+    /// A NATIVE `SYNCED`: owner `from` answered request `id` of node `to`.
+    Synced { from: u32, id: u64, to: u32 },
 }
 
 /// Native mode's counts, for the shell's metrics.
@@ -216,6 +223,8 @@ pub struct LsCore {
     local: Local,
     /// The NATIVE message being filled.
     writer: NativeWriter,
+    /// A plock dump waiting for every owner's STATEs.
+    fresh: Fresh,
     /// The started change is native and no change is pending: we decide and send natively.
     native_sending: bool,
     /// We are the started change's only member (decided entries stay here).
@@ -266,6 +275,7 @@ impl LsCore {
                 global_id: gid,
                 ..DlmHeader::new(DAEMON_PROTOCOL, MsgType::NATIVE, our)
             }),
+            fresh: Fresh::default(),
             native_sending: false,
             alone: false,
             stats: NativeStats::default(),
@@ -325,6 +335,11 @@ impl LsCore {
     /// Resources we own now.
     pub fn owned(&self) -> usize {
         self.owners.count(self.our)
+    }
+
+    /// The node that decides resource `number` locally (native mode), if any.
+    pub fn owner_of(&self, number: u64) -> Option<u32> {
+        self.owners.owner(number)
     }
 
     /// The lockspace name.
@@ -555,6 +570,15 @@ impl LsCore {
                     self.state_done(e, from, &mut state, out);
                     continue;
                 }
+                NativeKind::Sync => Item::Sync {
+                    from,
+                    id: info.number,
+                },
+                NativeKind::Synced => Item::Synced {
+                    from,
+                    id: info.number,
+                    to: u32::try_from(info.owner).unwrap_or(0),
+                },
                 NativeKind::Held { candidate } => {
                     // the decoder checked that HELD entries follow their STATE
                     if let Some((_, _, v)) = state.as_mut() {
@@ -788,6 +812,9 @@ impl LsCore {
     pub fn poll(&mut self, e: &LsEnv<'_>) -> Vec<Action> {
         self.generation += 1;
         let mut out = self.flush();
+        if self.fresh.poll(e.now_ms) {
+            out.push(Action::Fresh);
+        }
         let env = self.env(e);
         let fx = self.mem.poll(&env);
         out.extend(self.perform(e, fx));
@@ -865,7 +892,66 @@ impl LsCore {
                 self.disown(now_ms, n, out);
             }
             Item::Disown(n) => self.disown(now_ms, n, out),
+            Item::Sync { from, id } => self.sync_asked(from, id, out),
+            Item::Synced { from, id, to } => {
+                if to == self.our && self.fresh.answered(id, from) {
+                    out.push(Action::Fresh);
+                }
+            }
         }
+    }
+
+    /// A plock dump is asked for: true when it must wait for [`Action::Fresh`] (another
+    /// node decides resources locally and the started change answers SYNC: our SYNC goes
+    /// out with this turn's batch; a full batch before it into `out`), false when our
+    /// table may be dumped now.
+    pub fn want_fresh(&mut self, now_ms: u64, out: &mut Vec<Action>) -> bool {
+        if self.fresh.is_pending() {
+            return true;
+        }
+        let others_own = self.owners.owning_nodes().any(|n| n != self.our);
+        if !self.native_sending
+            || !others_own
+            || !self.mem.started_members_have(HeaderFlags::NATIVE_SYNC)
+        {
+            return false;
+        }
+        let Some(id) = self.fresh.ask(now_ms) else {
+            return true;
+        };
+        let sync = PlockInfo {
+            number: id,
+            ..self.resource_info(0)
+        };
+        self.push_entry(NativeKind::Sync, &sync, out);
+        true
+    }
+
+    /// Node `from` asks the owners for their STATEs: if we own resources, ours go out
+    /// with the answer behind them; if it was our SYNC, we learn whom to wait for.
+    fn sync_asked(&mut self, from: u32, id: u64, out: &mut Vec<Action>) {
+        if from == self.our {
+            let others = self.owners.owning_nodes().filter(|&n| n != self.our);
+            if self.fresh.delivered(id, others) {
+                out.push(Action::Fresh);
+            }
+            return;
+        }
+        if !self.native_sending || self.owners.count(self.our) == 0 {
+            // not deciding now: our STATEs go before our START, and the asker's dump
+            // goes ahead when that change starts
+            return;
+        }
+        for number in std::mem::take(&mut self.local.dirty) {
+            self.local.dirty.insert(number);
+            self.send_state(number, out);
+        }
+        let synced = PlockInfo {
+            number: id,
+            owner: u64::from(from),
+            ..self.resource_info(0)
+        };
+        self.push_entry(NativeKind::Synced, &synced, out);
     }
 
     /// The ownership rule (docs/native-mode.md): a request for a resource another node
@@ -1014,6 +1100,10 @@ impl LsCore {
                 } => {
                     self.native_sending = self.mem.started_members_have(HeaderFlags::NATIVE);
                     self.alone = self.mem.started_members().len() == 1;
+                    // every member's decisions came before its START: a waiting dump goes
+                    if self.fresh.end() {
+                        out.push(Action::Fresh);
+                    }
                     self.prepare_plocks(e, plock_data_node, nodes_added, &mut out);
                 }
                 membership::Action::Left => {

@@ -824,7 +824,7 @@ impl Membership {
         if self.deadlock {
             f |= HeaderFlags::DEADLOCK_AWARE;
         } else if self.native {
-            f |= HeaderFlags::NATIVE;
+            f |= HeaderFlags::NATIVE | HeaderFlags::NATIVE_SYNC;
         }
         if self.c_peers_cancel {
             f |= HeaderFlags::C_PEERS_CANCEL;

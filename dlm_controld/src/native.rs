@@ -97,6 +97,11 @@ impl Owners {
         q
     }
 
+    /// The nodes that own resources, in number order.
+    pub fn owning_nodes(&self) -> impl Iterator<Item = u32> + '_ {
+        self.counts.keys().copied()
+    }
+
     /// The resources `node` owns, in number order.
     pub fn owned_by(&self, node: u32) -> Vec<u64> {
         if self.count(node) == 0 {
@@ -118,6 +123,92 @@ impl Owners {
             dropped += before - q.len();
         }
         self.waiting -= dropped;
+    }
+}
+
+/// A dump that shows every owner's decisions: our NATIVE SYNC asks each node that owns
+/// resources for their STATEs, and the dump is made once each has answered SYNCED (its
+/// STATEs came before). One SYNC of ours at a time; a dump asked for meanwhile joins it.
+#[derive(Debug, Default)]
+pub struct Fresh {
+    next_id: u64,
+    pending: Option<FreshWait>,
+}
+
+#[derive(Debug)]
+struct FreshWait {
+    id: u64,
+    /// The owners to hear from, once our SYNC is delivered (`None` until then).
+    awaited: Option<std::collections::BTreeSet<u32>>,
+    /// When it was asked (ms).
+    since_ms: u64,
+}
+
+/// How long a dump waits for the owners' answers at most (a node of ours that stopped
+/// answering must not hold a dump for ever), in ms.
+const FRESH_WAIT_MS: u64 = 3000;
+
+impl Fresh {
+    /// A dump wants every owner's state: the id of a SYNC to send, or `None` when one of
+    /// ours is on its way already (the dump waits for that one).
+    pub fn ask(&mut self, now_ms: u64) -> Option<u64> {
+        if self.pending.is_some() {
+            return None;
+        }
+        self.next_id += 1;
+        self.pending = Some(FreshWait {
+            id: self.next_id,
+            awaited: None,
+            since_ms: now_ms,
+        });
+        Some(self.next_id)
+    }
+
+    /// A dump waits.
+    pub fn is_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Our SYNC `id` was delivered: the nodes that own resources at that point (every
+    /// replica knows the same) are to answer. True when the dump may be made.
+    pub fn delivered(&mut self, id: u64, owners: impl Iterator<Item = u32>) -> bool {
+        let Some(w) = self.pending.as_mut().filter(|w| w.id == id) else {
+            return false;
+        };
+        let awaited: std::collections::BTreeSet<u32> = owners.collect();
+        let done = awaited.is_empty();
+        w.awaited = Some(awaited);
+        done && self.end()
+    }
+
+    /// `node` answered SYNC `id`. True when it was the last one awaited.
+    pub fn answered(&mut self, id: u64, node: u32) -> bool {
+        let Some(awaited) = self
+            .pending
+            .as_mut()
+            .filter(|w| w.id == id)
+            .and_then(|w| w.awaited.as_mut())
+        else {
+            return false;
+        };
+        awaited.remove(&node);
+        awaited.is_empty() && self.end()
+    }
+
+    /// A poll at `now_ms`: true when the wait has lasted too long (the dump goes ahead
+    /// with what is here).
+    pub fn poll(&mut self, now_ms: u64) -> bool {
+        let late = self
+            .pending
+            .as_ref()
+            .is_some_and(|w| now_ms.saturating_sub(w.since_ms) >= FRESH_WAIT_MS);
+        late && self.end()
+    }
+
+    /// The wait ends (a membership change started: every table is whole); true when a
+    /// dump was waiting.
+    pub fn end(&mut self) -> bool {
+        self.pending.take().is_some()
     }
 }
 
@@ -349,6 +440,32 @@ mod tests {
         assert_eq!((w.owner(5), w.count(2), w.waiting()), (None, 1, 0));
         assert_eq!(w.owned_by(2), [6]);
         assert!(w.release(6).is_empty() && w.is_empty());
+    }
+
+    #[test]
+    fn a_fresh_dump_waits_for_every_owner_then_for_nobody_else() {
+        let mut f = Fresh::default();
+        let id = f.ask(0).expect("the first asks");
+        assert_eq!(f.ask(0), None, "a second dump joins the SYNC on its way");
+        assert!(
+            !f.answered(id, 2),
+            "an answer before our SYNC is delivered counts for nothing"
+        );
+        assert!(!f.delivered(id + 1, [2].into_iter()), "not ours");
+        assert!(!f.delivered(id, [2, 3].into_iter()));
+        assert!(!f.answered(id + 1, 2) && !f.answered(id, 4));
+        assert!(!f.answered(id, 2));
+        assert!(f.answered(id, 3), "the last owner");
+        assert!(!f.is_pending());
+        // nobody owns anything: at once
+        let id = f.ask(0).expect("asks again");
+        assert!(f.delivered(id, std::iter::empty()));
+        // an owner that never answers holds it a while, not for ever
+        let id = f.ask(5000).expect("asks again");
+        assert!(!f.delivered(id, [5].into_iter()));
+        assert!(!f.poll(5000 + FRESH_WAIT_MS - 1));
+        assert!(f.poll(5000 + FRESH_WAIT_MS) && !f.is_pending());
+        assert!(!f.end(), "nothing waits");
     }
 
     #[test]

@@ -55,6 +55,8 @@ struct Node {
     claim: BTreeMap<(u64, u64), (u64, u64)>,
     /// unanswered non-blocking requests, in the order the kernel sent them
     fifo: std::collections::VecDeque<u32>,
+    /// `Action::Fresh` seen: a plock dump that waited may be made
+    fresh: u32,
 }
 
 struct Sim {
@@ -73,6 +75,9 @@ struct Sim {
     plain: BTreeSet<u32>,
     /// Settle rounds so far (decided entries alone go out every third).
     turns: u64,
+    /// The STATEs of local decisions go out every this many settle rounds, or never
+    /// (`plock_native_sync_ms=0`: only a dump's SYNC, a change or a recall brings them).
+    sync_every: Option<u64>,
     /// Every node runs `plock_deadlock_detect=1` (and so no native mode).
     deadlock: bool,
     /// Native counts of nodes gone.
@@ -150,6 +155,7 @@ impl Sim {
                 held_ex: BTreeMap::new(),
                 claim: BTreeMap::new(),
                 fifo: std::collections::VecDeque::new(),
+                fresh: 0,
             },
         );
     }
@@ -246,6 +252,7 @@ impl Sim {
                 | Action::TransferSent { .. }
                 | Action::TransferReceived { .. }
                 | Action::Left => {}
+                Action::Fresh => node.fresh += 1,
             }
         }
     }
@@ -357,11 +364,13 @@ impl Sim {
                     let a = node.core.flush();
                     Self::perform(node, a, seed);
                 }
-                if node.core.batch_pending() && self.turns % 3 == 0 {
-                    let a = node.core.sync();
-                    Self::perform(node, a, seed);
+                if let Some(every) = self.sync_every {
+                    if node.core.batch_pending() && self.turns % every == 0 {
+                        let a = node.core.sync();
+                        Self::perform(node, a, seed);
+                    }
+                    moved |= node.core.batch_pending();
                 }
-                moved |= node.core.batch_pending();
                 // a transfer goes out a few messages per turn, interleaved with the rest
                 if node.core.sending() {
                     moved = true;
@@ -546,6 +555,62 @@ impl Sim {
             t.recalls += s.recalls;
         }
         t
+    }
+
+    /// Every node sends the STATEs of its decisions (without periodic syncs a replica's
+    /// copy of another's resource is older; the whole-table checks compare after this).
+    fn sync_all(&mut self) {
+        let seed = self.seed;
+        for node in self.nodes.values_mut().filter(|x| x.group.is_some()) {
+            let a = node.core.sync();
+            Self::perform(node, a, seed);
+        }
+        self.settle();
+    }
+
+    /// A plock dump on node `b`: when it must wait, the wait ends once the cluster settles
+    /// (nothing else asked meanwhile), and then `b` shows every resource another node
+    /// decides as that node has it — with periodic syncs off, only the SYNC brings that.
+    fn check_fresh(&mut self, b: u32) {
+        let seed = self.seed;
+        let now_ms = self.clock * 1000;
+        let Some(node) = self.nodes.get_mut(&b) else {
+            return;
+        };
+        if node.group.is_none() || node.side != 0 || receiving(node) {
+            return;
+        }
+        let mut out = Vec::new();
+        let waits = node.core.want_fresh(now_ms, &mut out);
+        Self::perform(node, out, seed);
+        let seen = node.fresh;
+        self.settle();
+        let node = &self.nodes[&b];
+        if !waits {
+            return;
+        }
+        assert_eq!(
+            node.fresh,
+            seen + 1,
+            "seed {seed}: node {b}'s dump never went ahead"
+        );
+        for number in 0..INODES {
+            let Some(x) = node.core.owner_of(number).filter(|&x| x != b) else {
+                continue;
+            };
+            let lines = |n: &Node| -> Vec<String> {
+                n.core
+                    .plocks()
+                    .dump_of(number, 0)
+                    .map(|e| e.to_string())
+                    .collect()
+            };
+            assert_eq!(
+                lines(node),
+                lines(&self.nodes[&x]),
+                "seed {seed}: node {b}'s dump of inode {number}, which node {x} decides"
+            );
+        }
     }
 
     /// Whole-cluster checks at a quiet moment (no partition, every live node started).
@@ -758,6 +823,8 @@ fn run(seed: u64) -> (NativeStats, u64) {
             _ => BTreeSet::new(),
         },
         turns: 0,
+        // every third seed: no periodic sync of local decisions (plock_native_sync_ms=0)
+        sync_every: (seed % 3 != 1).then_some(3),
         // every fifth seed: deadlock detection on every node (cycles across nodes are
         // refused on every replica alike, through crashes, joins and the partition)
         deadlock: seed % 5 == 4,
@@ -775,6 +842,7 @@ fn run(seed: u64) -> (NativeStats, u64) {
     let crash_at = 40 + rng.next(40);
     let join_at = 20 + rng.next(60);
     let split_at = 100 + rng.next(30);
+    let fresh_at: BTreeSet<u64> = (0..4).map(|_| rng.next(180)).collect();
     let mut watch = Watch::default();
     for t in 0..180u64 {
         if t == join_at {
@@ -825,15 +893,21 @@ fn run(seed: u64) -> (NativeStats, u64) {
             sim.bus.step();
         }
         sim.settle();
+        if fresh_at.contains(&t) {
+            let b = 1 + u32::try_from(rng.next(u64::from(n))).expect("small");
+            sim.check_fresh(b);
+        }
         check_grants(&sim);
         sim.tick(&mut watch);
     }
     sim.fence_all(&mut watch);
+    sim.sync_all();
     for node in sim.nodes.values_mut().filter(|x| x.group.is_some()) {
         drain_closes(node, true);
     }
     sim.check_quiet();
     sim.check_waiters();
+    sim.sync_all();
     for node in sim.nodes.values_mut().filter(|x| x.group.is_some()) {
         drain_closes(node, true);
     }
@@ -856,6 +930,7 @@ fn transfer_failure(seed: u64) {
         fence: FenceFacts::default(),
         plain: BTreeSet::new(),
         turns: 0,
+        sync_every: Some(3),
         deadlock: false,
         stats: NativeStats::default(),
     };

@@ -238,6 +238,61 @@ fn plocks_across_nodes_and_state_transfer() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Native mode with `plock_native_sync_ms=0` (no periodic sync): node 1 decides a file
+/// only it uses without CPG, and a plock dump on node 2 still shows every lock of it at
+/// once — the dump's SYNC has node 1 send its STATEs first; node 1 keeps deciding locally.
+#[test]
+fn a_dump_on_any_node_shows_what_another_decides() {
+    let (c, base, kernels, daemons) = start_all_with("frs", "plock_native_sync_ms=0\n");
+    join(&kernels[0]);
+    join(&kernels[1]);
+    assert!(kernels[1].wait_records(T, |r| members(r) == vec![1, 2]));
+    let k1 = &kernels[0];
+    let m = |k: usize, s: &str| metric_in_ns(&c.node_ns(k), s);
+    let local = "dlm_plock_local_total{lockspace=\"foo\"}";
+    // the first request claims inode 40 through CPG; the next ones are decided on node 1
+    for (start, end) in [(0, 9), (20, 29), (40, 49)] {
+        k1.send_plock(&req(PlockOp::LOCK, 7, 40, false, start, end))
+            .expect("send");
+        assert_eq!(reply(k1).rv, 0);
+    }
+    k1.send_plock(&req(PlockOp::UNLOCK, 7, 40, false, 20, 29))
+        .expect("send");
+    assert_eq!(reply(k1).rv, 0);
+    assert_eq!(m(1, local), 3.0, "node 1 decided the last three itself");
+    let ours = std::env::current_exe()
+        .expect("test path")
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target dir")
+        .join("dlm_tool");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &c.node_ns(2)])
+        .arg(&ours)
+        .args(["plocks", "foo"])
+        .output()
+        .expect("dlm_tool");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("40 ")).collect();
+    assert_eq!(
+        lines,
+        [
+            "40 WR 0-9 nodeid 1 pid 7 owner 7 rown 0",
+            "40 WR 40-49 nodeid 1 pid 7 owner 7 rown 0"
+        ],
+        "node 2's dump: {text}"
+    );
+    // the dump recalled nothing: node 1 still decides the file
+    assert_eq!(m(1, "dlm_plock_recalls_total{lockspace=\"foo\"}"), 0.0);
+    k1.send_plock(&req(PlockOp::UNLOCK, 7, 40, false, 0, 49))
+        .expect("send");
+    assert_eq!(reply(k1).rv, 0);
+    assert_eq!(m(1, local), 4.0);
+    drop(daemons);
+    drop(kernels);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Two processes on two nodes lock crosswise (each holds one inode and waits for the
 /// other's): both wait, and `dlm_tool plocks --waits` on the third node shows the cycle
 /// with both pids (issue 17).

@@ -187,6 +187,9 @@ struct Shell {
     actions: Vec<Action>,
     /// Replies to the kernel made this loop turn, in order: written together at its end.
     replies: Vec<crate::kernel::Record>,
+    /// Plock dumps waiting for every owner's decisions ([`Action::Fresh`]): with ages or
+    /// not, and where the first portion goes.
+    fresh_dumps: Vec<(bool, tokio::sync::oneshot::Sender<DumpJob>)>,
     /// Local requests not yet answered, with the time each was read.
     pending: super::outstanding::Outstanding,
     conf: LockspaceConf,
@@ -267,6 +270,13 @@ impl Shell {
             Action::Reply(info) => {
                 self.count_reply(&info);
                 self.replies.push(info.encode());
+                Ok(())
+            }
+            // every owner's decisions are here: the dumps that waited for them begin
+            Action::Fresh => {
+                for (ages, reply) in std::mem::take(&mut self.fresh_dumps) {
+                    self.start_dump(ages, reply);
+                }
                 Ok(())
             }
             // kick_node_from_cluster: a member whose daemon died (PROCDOWN) leaves the
@@ -456,21 +466,39 @@ impl Shell {
                 r.send_queue = self.group.queued();
                 let _ = reply.send(r);
             }
-            LsCommand::DumpPlocks(job, ages, reply) => {
-                let mut job = job.unwrap_or_else(|| DumpJob {
-                    numbers: self.core.plocks().resource_numbers(),
-                    next: 0,
-                    ages,
-                    text: String::new(),
-                });
+            LsCommand::DumpPlocks(Some(mut job), _, reply) => {
                 job.portion(self.core.plocks());
                 let _ = reply.send(job);
+            }
+            // a new dump: first every owner's decisions, if other nodes decide some
+            LsCommand::DumpPlocks(None, ages, reply) => {
+                let mut a = std::mem::take(&mut self.actions);
+                let now_ms = crate::clock::monotonic_ms();
+                if self.core.want_fresh(now_ms, &mut a) {
+                    self.fresh_dumps.push((ages, reply));
+                } else {
+                    self.start_dump(ages, reply);
+                }
+                self.perform(a);
             }
             LsCommand::Leave => {
                 self.core.leave();
                 leave.attempt(&mut self.group);
             }
         }
+    }
+
+    /// A plock dump begins: its plan (the resources in the table's order) and its first
+    /// portion.
+    fn start_dump(&self, ages: bool, reply: tokio::sync::oneshot::Sender<DumpJob>) {
+        let mut job = DumpJob {
+            numbers: self.core.plocks().resource_numbers(),
+            next: 0,
+            ages,
+            text: String::new(),
+        };
+        job.portion(self.core.plocks());
+        let _ = reply.send(job);
     }
 
     /// The native batch: requests and releases go at the end of the turn that made them;
@@ -654,6 +682,7 @@ impl Shell {
             text: std::sync::Arc::from(text.as_str()),
             actions: Vec::new(),
             replies: Vec::new(),
+            fresh_dumps: Vec::new(),
             pending: super::outstanding::Outstanding::default(),
             conf,
             group,

@@ -153,6 +153,10 @@ impl HeaderFlags {
     /// with C members applies CANCEL when every member of ours sent it; the wire cannot
     /// tell a C 4.3.0 from a 4.2.0 (both speak daemon protocol 3.1.1).
     pub const C_PEERS_CANCEL: u32 = 0x800;
+    /// This project's extension, on START with [`Self::NATIVE`]: the sender answers a
+    /// NATIVE SYNC (docs/native-mode.md, "What an operator sees"); a started change sends
+    /// SYNC when every member sent it.
+    pub const NATIVE_SYNC: u32 = 0x1000;
 
     /// Whether every bit of `bit` is set.
     pub fn has(self, bit: u32) -> bool {

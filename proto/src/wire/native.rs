@@ -3,6 +3,8 @@
 //! entries of 72 bytes: `kind`, `flags`, `count` (u16, little-endian; STATE only), 4 zero
 //! bytes, and the 64 bytes of a PLOCK message's `dlm_plock_info` (little-endian). A STATE
 //! entry is followed in the same message by exactly `count` HELD entries of its resource.
+//! SYNC and SYNCED (kinds 6 and 7) are sent only where every member's START has
+//! `HeaderFlags::NATIVE_SYNC`.
 //! C daemons never see one in a lockspace they are started in.
 
 use zerocopy::IntoBytes;
@@ -21,6 +23,8 @@ const KIND_REQUEST: u8 = 1;
 const KIND_RELEASE: u8 = 3;
 const KIND_STATE: u8 = 4;
 const KIND_HELD: u8 = 5;
+const KIND_SYNC: u8 = 6;
+const KIND_SYNCED: u8 = 7;
 const FLAG_CLAIM: u8 = 1;
 const FLAG_CANDIDATE: u8 = 2;
 /// HELD entries one STATE may announce (a state fits in one message).
@@ -46,6 +50,12 @@ pub enum NativeKind {
         /// A waiter to examine at the resource's next waiter pass.
         candidate: bool,
     },
+    /// The sender (`info.nodeid`) asks every owner for the state of what it decided:
+    /// request `info.number` (a dump that shows every owner's locks).
+    Sync,
+    /// The sender (`info.nodeid`) has sent the STATEs of what it decided, before this:
+    /// the answer to request `info.number` of node `info.owner`.
+    Synced,
 }
 
 /// One entry of a NATIVE message.
@@ -81,10 +91,12 @@ impl NativeEntry {
             (KIND_HELD, f) if f & !FLAG_CANDIDATE == 0 => NativeKind::Held {
                 candidate: f & FLAG_CANDIDATE != 0,
             },
-            (KIND_REQUEST | KIND_RELEASE | KIND_STATE | KIND_HELD, f) => {
+            (KIND_SYNC, 0) => NativeKind::Sync,
+            (KIND_SYNCED, 0) => NativeKind::Synced,
+            (KIND_REQUEST | KIND_RELEASE | KIND_STATE | KIND_HELD | KIND_SYNC | KIND_SYNCED, f) => {
                 return Err(WireError::field("native flags", f, "unknown flag"));
             }
-            (k, _) => return Err(WireError::field("native kind", k, "not 1, 3, 4 or 5")),
+            (k, _) => return Err(WireError::field("native kind", k, "not 1, 3, 4, 5, 6 or 7")),
         };
         Ok(Self {
             kind,
@@ -98,6 +110,8 @@ impl NativeEntry {
             NativeKind::Release => (KIND_RELEASE, 0, 0),
             NativeKind::State { held } => (KIND_STATE, 0, held),
             NativeKind::Held { candidate } => (KIND_HELD, u8::from(candidate) * FLAG_CANDIDATE, 0),
+            NativeKind::Sync => (KIND_SYNC, 0, 0),
+            NativeKind::Synced => (KIND_SYNCED, 0, 0),
         };
         let [c0, c1] = count.to_le_bytes();
         out.extend_from_slice(&[kind, flags, c0, c1, 0, 0, 0, 0]);
@@ -303,16 +317,24 @@ mod tests {
                 kind: NativeKind::Release,
                 info: info(PlockOp::UNLOCK, 7),
             },
+            NativeEntry {
+                kind: NativeKind::Sync,
+                info: info(PlockOp::UNLOCK, 41),
+            },
+            NativeEntry {
+                kind: NativeKind::Synced,
+                info: info(PlockOp::UNLOCK, 41),
+            },
         ];
         for x in &e {
             assert!(w.push(x));
         }
-        let bytes = w.finish().expect("three entries");
+        let bytes = w.finish().expect("six entries");
         assert!(w.is_empty() && w.finish().is_none());
-        assert_eq!(bytes.len(), HEADER_SIZE + 4 * NATIVE_ENTRY_SIZE);
+        assert_eq!(bytes.len(), HEADER_SIZE + 6 * NATIVE_ENTRY_SIZE);
         let m = Message::decode(&bytes).expect("decodes");
         assert_eq!(m.header.msg_type, MsgType::NATIVE);
-        assert_eq!(m.header.msgdata, 4);
+        assert_eq!(m.header.msgdata, 6);
         let Body::Native(b) = m.body else {
             panic!("not native: {:?}", m.body)
         };
@@ -322,6 +344,8 @@ mod tests {
         assert_eq!(&bytes[48..52], &1u32.to_le_bytes());
         assert_eq!(&bytes[40 + 72..40 + 80], &[4, 0, 1, 0, 0, 0, 0, 0]);
         assert_eq!(&bytes[40 + 144..40 + 152], &[5, 2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[40 + 288..40 + 296], &[6, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[40 + 360..40 + 368], &[7, 0, 0, 0, 0, 0, 0, 0]);
         // the encoded message equals what Message::encode makes of it
         assert_eq!(m.encode().expect("encodes"), bytes);
     }
@@ -355,6 +379,13 @@ mod tests {
         let mut count = good.clone();
         count[42] = 1; // a count on a RELEASE
         assert!(Message::decode(&count).is_err());
+        for k in [6, 7] {
+            let mut sync = good.clone();
+            sync[40] = k;
+            assert!(Message::decode(&sync).is_ok(), "SYNC, SYNCED");
+            sync[41] = 2; // no flag on either
+            assert!(Message::decode(&sync).is_err());
+        }
         let mut pad = good.clone();
         pad[45] = 1;
         assert!(Message::decode(&pad).is_err());
