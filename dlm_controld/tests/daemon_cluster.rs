@@ -238,6 +238,16 @@ fn plocks_across_nodes_and_state_transfer() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// This build's dlm_tool, beside the test binaries' directory.
+fn our_dlm_tool() -> PathBuf {
+    std::env::current_exe()
+        .expect("test path")
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target dir")
+        .join("dlm_tool")
+}
+
 /// Native mode with `plock_native_sync_ms=0` (no periodic sync): node 1 decides a file
 /// only it uses without CPG, and a plock dump on node 2 still shows every lock of it at
 /// once — the dump's SYNC has node 1 send its STATEs first; node 1 keeps deciding locally.
@@ -260,12 +270,7 @@ fn a_dump_on_any_node_shows_what_another_decides() {
         .expect("send");
     assert_eq!(reply(k1).rv, 0);
     assert_eq!(m(1, local), 3.0, "node 1 decided the last three itself");
-    let ours = std::env::current_exe()
-        .expect("test path")
-        .parent()
-        .and_then(std::path::Path::parent)
-        .expect("target dir")
-        .join("dlm_tool");
+    let ours = our_dlm_tool();
     let out = Command::new("ip")
         .args(["netns", "exec", &c.node_ns(2)])
         .arg(&ours)
@@ -300,12 +305,7 @@ fn crosswise_deadlock_is_shown_on_any_node(c: &Cluster, k1: &FakeKernel, k2: &Fa
     hold_crosswise(k1, k2);
     k2.send_plock(&req(PlockOp::LOCK, 32, 20, true, 0, 0))
         .expect("send");
-    let ours = std::env::current_exe()
-        .expect("test path")
-        .parent()
-        .and_then(std::path::Path::parent)
-        .expect("target dir")
-        .join("dlm_tool");
+    let ours = our_dlm_tool();
     let end = std::time::Instant::now() + T;
     let text = loop {
         let out = Command::new("ip")

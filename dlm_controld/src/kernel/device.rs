@@ -16,7 +16,7 @@ const RECORD_ROOM: usize = 2 * PLOCK_INFO_SIZE;
 /// Records read by one system call at most.
 pub const READ_AT_ONCE: usize = 16;
 /// Records written by one system call at most.
-const WRITE_AT_ONCE: usize = 64;
+const WRITE_AT_ONCE: usize = 16;
 
 /// Records read from a misc device by one call of [`MiscDevice::try_read_records`].
 #[derive(Debug)]
@@ -73,26 +73,14 @@ fn recv_many(
     bufs: &mut [[u8; RECORD_ROOM]],
     lens: &mut [usize],
 ) -> io::Result<usize> {
-    let n = bufs.len().min(lens.len()).min(READ_AT_ONCE);
-    let mut iovs = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; READ_AT_ONCE];
-    for (iov, buf) in iovs.iter_mut().zip(bufs.iter_mut()).take(n) {
-        iov.iov_base = buf.as_mut_ptr().cast();
-        iov.iov_len = RECORD_ROOM;
-    }
-    // SAFETY: mmsghdr is plain data for which all zeroes is valid (no name, no control
-    // data, no buffers yet).
-    let mut hdrs: [libc::mmsghdr; READ_AT_ONCE] = unsafe { std::mem::zeroed() };
-    let iov_ptr = iovs.as_mut_ptr();
-    for (i, h) in hdrs.iter_mut().enumerate().take(n) {
-        // SAFETY: i < n <= READ_AT_ONCE, inside iovs.
-        h.msg_hdr.msg_iov = unsafe { iov_ptr.add(i) };
-        h.msg_hdr.msg_iovlen = 1;
-    }
-    let vlen = libc::c_uint::try_from(n).unwrap_or(0);
-    // SAFETY: the first n headers each point at one iovec of a buffer of RECORD_ROOM
+    let mut iovs = [EMPTY_IOVEC; READ_AT_ONCE];
+    let n = fill(
+        &mut iovs,
+        bufs.iter_mut().map(|b| (b.as_mut_ptr(), RECORD_ROOM)),
+    );
+    let mut hdrs = one_iovec_each(&mut iovs, n);
+    let vlen = libc::c_uint::try_from(n.min(lens.len())).unwrap_or(0);
+    // SAFETY: the first `vlen` headers each point at one iovec of a buffer of RECORD_ROOM
     // bytes that `bufs` lends mutably for this call; iovs and hdrs outlive it.
     let r = unsafe {
         libc::recvmmsg(
@@ -112,29 +100,50 @@ fn recv_many(
 
 /// `sendmmsg`: a datagram of each record; how many were sent.
 fn send_many(fd: std::os::fd::RawFd, records: &[Record]) -> io::Result<usize> {
-    let n = records.len().min(WRITE_AT_ONCE);
-    let mut iovs = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; WRITE_AT_ONCE];
-    for (iov, r) in iovs.iter_mut().zip(records).take(n) {
-        // sendmmsg only reads through it
-        iov.iov_base = r.as_ptr().cast_mut().cast();
-        iov.iov_len = PLOCK_INFO_SIZE;
-    }
-    // SAFETY: as in recv_many: plain data, all zeroes valid.
-    let mut hdrs: [libc::mmsghdr; WRITE_AT_ONCE] = unsafe { std::mem::zeroed() };
-    let iov_ptr = iovs.as_mut_ptr();
-    for (i, h) in hdrs.iter_mut().enumerate().take(n) {
-        // SAFETY: i < n <= WRITE_AT_ONCE, inside iovs.
-        h.msg_hdr.msg_iov = unsafe { iov_ptr.add(i) };
-        h.msg_hdr.msg_iovlen = 1;
-    }
+    let mut iovs = [EMPTY_IOVEC; WRITE_AT_ONCE];
+    // sendmmsg only reads through these pointers
+    let n = fill(
+        &mut iovs,
+        records
+            .iter()
+            .map(|r| (r.as_ptr().cast_mut(), PLOCK_INFO_SIZE)),
+    );
+    let mut hdrs = one_iovec_each(&mut iovs, n);
     let vlen = libc::c_uint::try_from(n).unwrap_or(0);
     // SAFETY: the first n headers each point at one iovec of a record of 64 bytes that
     // `records` lends for this call (the kernel only reads them); iovs and hdrs outlive it.
     let r = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), vlen, libc::MSG_NOSIGNAL) };
     usize::try_from(r).map_err(|_| io::Error::last_os_error())
+}
+
+const EMPTY_IOVEC: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
+
+/// The iovecs of as many `(buffer, length)` as fit; how many.
+fn fill(iovs: &mut [libc::iovec], bufs: impl Iterator<Item = (*mut u8, usize)>) -> usize {
+    let mut n = 0;
+    for (iov, (base, len)) in iovs.iter_mut().zip(bufs) {
+        iov.iov_base = base.cast();
+        iov.iov_len = len;
+        n += 1;
+    }
+    n
+}
+
+/// `mmsghdr`s for `recvmmsg`/`sendmmsg`, the first `n` with one of `iovs` each.
+fn one_iovec_each<const N: usize>(iovs: &mut [libc::iovec; N], n: usize) -> [libc::mmsghdr; N] {
+    // SAFETY: mmsghdr is plain data for which all zeroes is valid (no name, no control
+    // data, no buffers yet).
+    let mut hdrs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
+    let base = iovs.as_mut_ptr();
+    for (i, h) in hdrs.iter_mut().enumerate().take(n.min(N)) {
+        // SAFETY: i < N, inside iovs.
+        h.msg_hdr.msg_iov = unsafe { base.add(i) };
+        h.msg_hdr.msg_iovlen = 1;
+    }
+    hdrs
 }
 
 /// An open misc device: one record per read() or write().
