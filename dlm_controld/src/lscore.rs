@@ -913,6 +913,7 @@ impl LsCore {
         if !self.native_sending
             || !others_own
             || !self.mem.started_members_have(HeaderFlags::NATIVE_SYNC)
+            || self.fresh.recent(now_ms)
         {
             return false;
         }

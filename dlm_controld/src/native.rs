@@ -133,6 +133,8 @@ impl Owners {
 pub struct Fresh {
     next_id: u64,
     pending: Option<FreshWait>,
+    /// When our last SYNC was asked for (ms).
+    last_ms: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -147,6 +149,9 @@ struct FreshWait {
 /// How long a dump waits for the owners' answers at most (a node of ours that stopped
 /// answering must not hold a dump for ever), in ms.
 const FRESH_WAIT_MS: u64 = 3000;
+/// A dump asked for this soon after our last SYNC (ms) uses what that one brought: a local
+/// user who dumps in a loop makes the owners send their STATEs ten times a second at most.
+const FRESH_REUSE_MS: u64 = 100;
 
 impl Fresh {
     /// A dump wants every owner's state: the id of a SYNC to send, or `None` when one of
@@ -155,6 +160,7 @@ impl Fresh {
         if self.pending.is_some() {
             return None;
         }
+        self.last_ms = Some(now_ms);
         self.next_id += 1;
         self.pending = Some(FreshWait {
             id: self.next_id,
@@ -167,6 +173,15 @@ impl Fresh {
     /// A dump waits.
     pub fn is_pending(&self) -> bool {
         self.pending.is_some()
+    }
+
+    /// Our last SYNC, done now, was asked for within [`FRESH_REUSE_MS`] of `now_ms`: a
+    /// dump may use what it brought.
+    pub fn recent(&self, now_ms: u64) -> bool {
+        self.pending.is_none()
+            && self
+                .last_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) < FRESH_REUSE_MS)
     }
 
     /// Our SYNC `id` was delivered: the nodes that own resources at that point (every
@@ -466,6 +481,12 @@ mod tests {
         assert!(!f.poll(5000 + FRESH_WAIT_MS - 1));
         assert!(f.poll(5000 + FRESH_WAIT_MS) && !f.is_pending());
         assert!(!f.end(), "nothing waits");
+        // a dump right after the last SYNC uses it; a later one asks again
+        let id = f.ask(9000).expect("asks again");
+        assert!(!f.recent(9050), "still on its way");
+        assert!(f.delivered(id, std::iter::empty()));
+        assert!(f.recent(9000 + FRESH_REUSE_MS - 1));
+        assert!(!f.recent(9000 + FRESH_REUSE_MS));
     }
 
     #[test]
