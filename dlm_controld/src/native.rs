@@ -175,7 +175,7 @@ impl Fresh {
         self.pending.is_some()
     }
 
-    /// Our last SYNC, done now, was asked for within [`FRESH_REUSE_MS`] of `now_ms`: a
+    /// Our last SYNC, done now, was asked for within 100 ms of `now_ms`: a
     /// dump may use what it brought.
     pub fn recent(&self, now_ms: u64) -> bool {
         self.pending.is_none()
