@@ -78,7 +78,7 @@ pub fn run(bytes: &[u8]) {
                 owner: u64::from(r[5] % 3),
             }
         };
-        let actions = match r[0] % 11 {
+        let actions = match r[0] % 12 {
             0 => {
                 // a membership change: node 1 always, nodes 2 and 3 by the mask
                 let next: Vec<u32> = [1, 2, 3]
@@ -131,11 +131,11 @@ pub fn run(bytes: &[u8]) {
                     failed_count: i32::from(r[6] % 2),
                     members: members.iter().map(|&n| n as i32).collect(),
                 };
-                // native mode too, when the other member offers it
-                let native = if r[2] & 0x8 != 0 {
-                    HeaderFlags::NATIVE
-                } else {
-                    0
+                // native mode too, when the other member offers it (and SYNC, or not)
+                let native = match (r[2] & 0x8 != 0, r[5] & 0x40 != 0) {
+                    (true, true) => HeaderFlags::NATIVE | HeaderFlags::NATIVE_SYNC,
+                    (true, false) => HeaderFlags::NATIVE,
+                    (false, _) => 0,
                 };
                 let flags = u32::from(r[2] & 0x7) | HeaderFlags::CANCEL_AWARE | native;
                 let payload = body.encode(&header(
@@ -204,19 +204,28 @@ pub fn run(bytes: &[u8]) {
                 deliver(&mut core, &env, other, payload)
             }
             8 => core.poll(&env),
+            11 => {
+                // a plock dump asked for on our node
+                let mut out = Vec::new();
+                let _ = core.want_fresh(env.now_ms, &mut out);
+                out
+            }
             9 => {
                 // a NATIVE batch of the other member: requests (claims), a RELEASE, a STATE
-                // with its HELD entries, as its owner would send them or not
+                // with its HELD entries, a SYNC or a SYNCED (to us or not), as its owner
+                // would send them or not
                 let mut w = NativeWriter::new(header(MsgType::NATIVE, other, 0, 0));
                 let i = info(other);
-                let kind = match r[6] % 3 {
+                let kind = match r[6] % 5 {
                     0 => NativeKind::Request {
                         claim: r[6] & 0x10 != 0,
                     },
                     1 => NativeKind::Release,
-                    _ => NativeKind::State {
+                    2 => NativeKind::State {
                         held: u16::from(r[3] % 3),
                     },
+                    3 => NativeKind::Sync,
+                    _ => NativeKind::Synced,
                 };
                 w.push(&NativeEntry { kind, info: i });
                 if let NativeKind::State { held } = kind {
