@@ -304,13 +304,7 @@ impl Shell {
                 Ok(())
             }
             Action::Dropped { from, why } => {
-                self.metrics.dropped.inc();
-                if let Some(held) = self.drop_log.allow(std::time::Instant::now()) {
-                    tracing::error!(
-                        from,
-                        "dropped a message from node {from}: {why} ({held} more not logged)"
-                    );
-                }
+                self.dropped(from, &why);
                 Ok(())
             }
             // each step on its own: a configfs error must not keep the kernel waiting
@@ -321,6 +315,17 @@ impl Shell {
                 unregister(&self.ctx, &self.text);
                 self.ctx.seam.event_done(self.core.name(), 0)
             }
+        }
+    }
+
+    /// A delivered message was dropped: counted, and logged at most once a second.
+    fn dropped(&mut self, from: u32, why: &str) {
+        self.metrics.dropped.inc();
+        if let Some(held) = self.drop_log.allow(std::time::Instant::now()) {
+            tracing::error!(
+                from,
+                "dropped a message from node {from}: {why} ({held} more not logged)"
+            );
         }
     }
 
