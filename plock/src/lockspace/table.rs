@@ -69,6 +69,26 @@ impl Lockspace {
         })
     }
 
+    /// Relinks the resources in number order: from now on dumps, state transfers and any
+    /// resource created later (at the tail) follow it. O(n log n); for a membership change.
+    pub fn order_by_number(&mut self) {
+        let mut slots: Vec<u32> = self.resources_in_order().collect();
+        slots.sort_unstable_by_key(|&r| self.res(r).number);
+        let mut prev = NIL;
+        for &r in &slots {
+            let res = self.res_mut(r);
+            res.prev = prev;
+            res.next = NIL;
+            if prev == NIL {
+                self.head = r;
+            } else {
+                self.res_mut(prev).next = r;
+            }
+            prev = r;
+        }
+        self.tail = prev;
+    }
+
     /// The granted locks of `r` in list order: (start, end, lock).
     pub(crate) fn locks_of(&self, r: u32) -> impl Iterator<Item = (u64, u64, Lock)> + '_ {
         let (one, list) = match &self.res(r).body {

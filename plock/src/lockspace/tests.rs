@@ -241,6 +241,63 @@ fn a_dump_in_portions_follows_its_plan() {
     assert!(rest.lines().all(|l| l.starts_with("20 ")), "{rest}");
 }
 
+/// `order_by_number`: the list (one-lock and general resources alike) is relinked in number
+/// order, with every lock kept; resources created later go to its tail, and a resource
+/// freed anywhere in it (head, middle, tail) leaves the others linked.
+#[test]
+fn ordering_by_number_relinks_the_list() {
+    let mut ls = Lockspace::new(1, 7, 9);
+    let mut out = Vec::new();
+    let op = |number: u64, owner: u64, op| PlockInfo {
+        version: PLOCK_VERSION,
+        op,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 1,
+        nodeid: 1,
+        rv: 0,
+        fsid: 7,
+        number,
+        start: owner * 10,
+        end: owner * 10 + 5,
+        owner,
+    };
+    // 30 and 20 hold two locks, 50 and 10 one (the inline form)
+    for (number, owners) in [(30, 2), (50, 1), (20, 2), (10, 1)] {
+        for owner in 1..=owners {
+            ls.apply(0, 1, &op(number, owner, PlockOp::LOCK), &mut out)
+                .expect("lock");
+        }
+    }
+    let before = ls.digest();
+    let mut lines: Vec<String> = ls.dump_text().lines().map(str::to_owned).collect();
+    ls.order_by_number();
+    assert_eq!(ls.resource_numbers(), [10, 20, 30, 50]);
+    assert_eq!(ls.digest(), before, "nothing but the order changed");
+    let mut after: Vec<String> = ls.dump_text().lines().map(str::to_owned).collect();
+    assert_ne!(lines, after, "the dump follows the new order");
+    lines.sort();
+    after.sort();
+    assert_eq!(lines, after);
+    ls.apply(0, 1, &op(5, 1, PlockOp::LOCK), &mut out)
+        .expect("lock");
+    assert_eq!(ls.resource_numbers(), [10, 20, 30, 50, 5]);
+    for number in [10, 30, 5] {
+        ls.apply(0, 1, &op(number, 1, PlockOp::UNLOCK), &mut out)
+            .expect("unlock");
+        if number == 30 {
+            ls.apply(0, 1, &op(number, 2, PlockOp::UNLOCK), &mut out)
+                .expect("unlock");
+        }
+    }
+    assert_eq!(ls.resource_numbers(), [20, 50]);
+    ls.apply(0, 1, &op(1, 1, PlockOp::LOCK), &mut out)
+        .expect("lock");
+    ls.order_by_number();
+    assert_eq!(ls.resource_numbers(), [1, 20, 50]);
+}
+
 /// `holders`: a resource with none, one node's locks and waiters, another node's waiter.
 #[test]
 fn holders_counts_every_lock_and_waiter() {
