@@ -227,6 +227,9 @@ pub struct LsCore {
     fresh: Fresh,
     /// The started change is native and no change is pending: we decide and send natively.
     native_sending: bool,
+    /// A native change started since the table's resources were last put in number order:
+    /// local decisions and STATEs created resources in each node's own order.
+    order_may_differ: bool,
     /// We are the started change's only member (decided entries stay here).
     alone: bool,
     stats: NativeStats,
@@ -277,6 +280,7 @@ impl LsCore {
             }),
             fresh: Fresh::default(),
             native_sending: false,
+            order_may_differ: false,
             alone: false,
             stats: NativeStats::default(),
             scratch: Vec::new(),
@@ -365,6 +369,17 @@ impl LsCore {
     /// The replicated plock table (dumps, digests).
     pub fn plocks(&self) -> &PlockTable {
         &self.plocks
+    }
+
+    /// The resources of a plock dump, in its order: the table's (C's creation order, the
+    /// same on every node) or, while native changes may have created them in each node's
+    /// own order, number order — so that every node prints one table alike.
+    pub fn dump_plan(&self) -> Vec<u64> {
+        let mut numbers = self.plocks.resource_numbers();
+        if self.order_may_differ {
+            numbers.sort_unstable();
+        }
+        numbers
     }
 
     /// Still waiting for the plock state of a join.
@@ -1100,6 +1115,13 @@ impl LsCore {
                     ..
                 } => {
                     self.native_sending = self.mem.started_members_have(HeaderFlags::NATIVE);
+                    // leaving native mode, every member puts its resources in number
+                    // order at this point of the total order (before a joiner's table
+                    // goes): from here on C's creation order is one order again
+                    if self.order_may_differ && !self.native_sending {
+                        self.plocks.order_by_number();
+                    }
+                    self.order_may_differ = self.native_sending;
                     self.alone = self.mem.started_members().len() == 1;
                     // every member's decisions came before its START: a waiting dump goes
                     if self.fresh.end() {

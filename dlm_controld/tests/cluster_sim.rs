@@ -635,6 +635,35 @@ impl Sim {
                 first.core.plocks().dump_text()
             );
         }
+        // one table printed alike on every node: the dump's order too, and outside native
+        // mode the table's own (C's creation order, which C peers print and receive)
+        let dump = |n: &Node| -> String {
+            let t = n.core.plocks();
+            n.core
+                .dump_plan()
+                .into_iter()
+                .flat_map(|number| t.dump_of(number, 0))
+                .map(|e| e.to_string())
+                .collect()
+        };
+        for n in &live {
+            assert_eq!(
+                dump(n),
+                dump(first),
+                "seed {seed}: node {} and node {} print different dumps",
+                n.id,
+                first.id
+            );
+            if !n.core.is_native() {
+                assert_eq!(
+                    n.core.plocks().resource_numbers(),
+                    first.core.plocks().resource_numbers(),
+                    "seed {seed}: node {} and node {}: resources in different orders",
+                    n.id,
+                    first.id
+                );
+            }
+        }
         let table = first.core.plocks();
         let mut covered: BTreeMap<(u32, u64, u64), u64> = BTreeMap::new();
         let mut waiting: BTreeSet<(u32, u32)> = BTreeSet::new();

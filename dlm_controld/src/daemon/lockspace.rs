@@ -493,11 +493,11 @@ impl Shell {
         }
     }
 
-    /// A plock dump begins: its plan (the resources in the table's order) and its first
+    /// A plock dump begins: its plan (the resources in the dump's order) and its first
     /// portion.
     fn start_dump(&self, ages: bool, reply: tokio::sync::oneshot::Sender<DumpJob>) {
         let mut job = DumpJob {
-            numbers: self.core.plocks().resource_numbers(),
+            numbers: self.core.dump_plan(),
             next: 0,
             ages,
             text: String::new(),
