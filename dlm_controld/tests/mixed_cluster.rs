@@ -112,10 +112,12 @@ impl Mixed {
         self.daemons[k - 1] = Some(d);
     }
 
-    /// Node `k` is gone for good: its daemon and corosync killed.
+    /// Node `k` is gone for good: its corosync and daemon killed, corosync first (the
+    /// others see the node go down; a daemon dying alone is PROCDOWN, and the kill request
+    /// they answer it with could reach the node's next corosync after a reboot).
     fn kill(&mut self, k: usize) {
-        self.daemons[k - 1] = None;
         self.c.signal(k, libc::SIGKILL);
+        self.daemons[k - 1] = None;
     }
 
     /// Node `k` reboots: corosync again and a fresh fake kernel.

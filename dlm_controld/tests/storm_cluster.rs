@@ -60,7 +60,8 @@ fn storm(k: &FakeKernel, node: u64, stop: &AtomicBool, limit: usize) -> (usize, 
             sent += 1;
         }
         for r in &batch {
-            let Some(raw) = k.recv_plock_raw(T) else {
+            // none in time, or empty: the daemon closed the device (the counts tell)
+            let Some(raw) = k.recv_plock_raw(T).filter(|b| !b.is_empty()) else {
                 return (sent, answered);
             };
             let got = PlockInfo::decode(&raw).expect("a reply decodes");
@@ -128,7 +129,21 @@ impl Storm {
             &self.kernels[k - 1],
             &[],
         )
-        .unwrap_or_else(|| panic!("daemon {k} did not come up"));
+        .unwrap_or_else(|| {
+            let log = self.kernels[k - 1]
+                .root()
+                .join("var/log/dlm_controld/dlm_controld.log");
+            let mut log = std::fs::read_to_string(log).unwrap_or_default();
+            log += &std::fs::read_to_string(self.kernels[k - 1].root().join("daemon.stderr"))
+                .unwrap_or_default();
+            let coro = self.c.dir.join(format!("n{k}/corosync.log"));
+            log += &std::fs::read_to_string(coro).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            panic!(
+                "daemon {k} did not come up; its log ends:\n{}",
+                tail.join("\n")
+            )
+        });
         self.daemons[k - 1] = Some(d);
     }
 
@@ -249,8 +264,12 @@ fn storm_with_a_node_killed_rebooted_and_a_chain_of_rejoins() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(700));
-    s.daemons[2] = None;
+    // the node dies: corosync first, so that the others see it go down (NODEDOWN). A daemon
+    // killed while its corosync still runs is a daemon failure (PROCDOWN), which the
+    // others answer by asking corosync to kill that node — a request that, delayed by the
+    // storm, could reach node 3's next corosync, started a moment later, and end it.
     s.c.signal(3, libc::SIGKILL);
+    s.daemons[2] = None;
     s.wait_members(&[1, 2], &[1, 2]);
     // node 3 reboots (fresh kernel) and joins while nodes 1 and 2 keep going
     s.c.start_node(3);

@@ -133,6 +133,20 @@ impl DaemonBuilder {
             .spawn()
             .map(Daemon)
     }
+
+    /// Started in `ns`, its standard error appended to `stderr` (a daemon that exits at
+    /// start says why there, before its log file exists).
+    pub fn spawn_logged(&self, ns: &str, stderr: &std::path::Path) -> std::io::Result<Daemon> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(stderr)?;
+        self.command(ns)
+            .stdout(std::process::Stdio::null())
+            .stderr(f)
+            .spawn()
+            .map(Daemon)
+    }
 }
 
 /// Starts `dlm_controld` (path `bin`) in network namespace `ns` on the fake kernel `k` under
@@ -149,7 +163,7 @@ pub fn start_daemon_on_corosync(
 ) -> Option<Daemon> {
     let daemon = DaemonBuilder::new(bin, root).args(&["-f", "0"]).args(extra);
     for _ in 0..30 {
-        let mut d = daemon.spawn(ns).ok()?;
+        let mut d = daemon.spawn_logged(ns, &root.join("daemon.stderr")).ok()?;
         if wait_up(&mut d, k) {
             return Some(d);
         }
