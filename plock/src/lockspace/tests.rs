@@ -184,14 +184,10 @@ fn a_known_seed_costs_time_not_the_stack() {
         .expect("no stack overflow");
 }
 
-/// A dump taken in portions (the daemon's way): resource by resource from the plan made at
-/// its start, it equals the one-pass dump of an unchanged table; a resource gone meanwhile
-/// is skipped, one created meanwhile is not in it, and the others show as they are then.
-#[test]
-fn a_dump_in_portions_follows_its_plan() {
-    let mut ls = Lockspace::new(1, 7, 9);
-    let mut out = Vec::new();
-    let lock = |number: u64, owner: u64, op| PlockInfo {
+/// Node 1's `op` on resource `number` (fsid 7) by `owner`, on its own range
+/// `owner*10 ..= owner*10+5`, exclusive and not waiting.
+fn owners_range(number: u64, owner: u64, op: PlockOp) -> PlockInfo {
+    PlockInfo {
         version: PLOCK_VERSION,
         op,
         ex: true,
@@ -205,7 +201,17 @@ fn a_dump_in_portions_follows_its_plan() {
         start: owner * 10,
         end: owner * 10 + 5,
         owner,
-    };
+    }
+}
+
+/// A dump taken in portions (the daemon's way): resource by resource from the plan made at
+/// its start, it equals the one-pass dump of an unchanged table; a resource gone meanwhile
+/// is skipped, one created meanwhile is not in it, and the others show as they are then.
+#[test]
+fn a_dump_in_portions_follows_its_plan() {
+    let mut ls = Lockspace::new(1, 7, 9);
+    let mut out = Vec::new();
+    let lock = owners_range;
     for number in [30, 10, 20] {
         for owner in 1..=2 {
             ls.apply(0, 1, &lock(number, owner, PlockOp::LOCK), &mut out)
@@ -248,25 +254,10 @@ fn a_dump_in_portions_follows_its_plan() {
 fn ordering_by_number_relinks_the_list() {
     let mut ls = Lockspace::new(1, 7, 9);
     let mut out = Vec::new();
-    let op = |number: u64, owner: u64, op| PlockInfo {
-        version: PLOCK_VERSION,
-        op,
-        ex: true,
-        wait: false,
-        flags: PlockFlags(0),
-        pid: 1,
-        nodeid: 1,
-        rv: 0,
-        fsid: 7,
-        number,
-        start: owner * 10,
-        end: owner * 10 + 5,
-        owner,
-    };
     // 30 and 20 hold two locks, 50 and 10 one (the inline form)
     for (number, owners) in [(30, 2), (50, 1), (20, 2), (10, 1)] {
         for owner in 1..=owners {
-            ls.apply(0, 1, &op(number, owner, PlockOp::LOCK), &mut out)
+            ls.apply(0, 1, &owners_range(number, owner, PlockOp::LOCK), &mut out)
                 .expect("lock");
         }
     }
@@ -280,19 +271,19 @@ fn ordering_by_number_relinks_the_list() {
     lines.sort();
     after.sort();
     assert_eq!(lines, after);
-    ls.apply(0, 1, &op(5, 1, PlockOp::LOCK), &mut out)
+    ls.apply(0, 1, &owners_range(5, 1, PlockOp::LOCK), &mut out)
         .expect("lock");
     assert_eq!(ls.resource_numbers(), [10, 20, 30, 50, 5]);
     for number in [10, 30, 5] {
-        ls.apply(0, 1, &op(number, 1, PlockOp::UNLOCK), &mut out)
+        ls.apply(0, 1, &owners_range(number, 1, PlockOp::UNLOCK), &mut out)
             .expect("unlock");
         if number == 30 {
-            ls.apply(0, 1, &op(number, 2, PlockOp::UNLOCK), &mut out)
+            ls.apply(0, 1, &owners_range(number, 2, PlockOp::UNLOCK), &mut out)
                 .expect("unlock");
         }
     }
     assert_eq!(ls.resource_numbers(), [20, 50]);
-    ls.apply(0, 1, &op(1, 1, PlockOp::LOCK), &mut out)
+    ls.apply(0, 1, &owners_range(1, 1, PlockOp::LOCK), &mut out)
         .expect("lock");
     ls.order_by_number();
     assert_eq!(ls.resource_numbers(), [1, 20, 50]);
