@@ -91,6 +91,36 @@ impl Mixed {
         self.daemons[k - 1] = Some(d);
     }
 
+    /// What node `k` logged: its daemon (C or ours, with what ours wrote to stderr) and
+    /// the end of its corosync's log.
+    fn story(&self, k: usize) -> String {
+        let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+        let root = self.kernels[k - 1].root();
+        let coro = read(self.c.dir.join(format!("n{k}/corosync.log")));
+        let tail: Vec<&str> = coro.lines().rev().take(30).collect();
+        let others: String = (1..=3)
+            .filter(|&n| n != k)
+            .map(|n| {
+                let log = read(self.c_log(n))
+                    + &read(
+                        self.kernels[n - 1]
+                            .root()
+                            .join("var/log/dlm_controld/dlm_controld.log"),
+                    );
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                format!("node {n}'s daemon (newest first):\n{}\n", tail.join("\n"))
+            })
+            .collect();
+        format!(
+            "C daemon:\n{}\nours:\n{}{}\ncorosync (newest first):\n{}\nfencing:\n{}\n{others}",
+            read(self.c_log(k)),
+            read(root.join("var/log/dlm_controld/dlm_controld.log")),
+            read(root.join("daemon.stderr")),
+            tail.join("\n"),
+            read(self.base.join("fenced")),
+        )
+    }
+
     fn c_log(&self, k: usize) -> PathBuf {
         self.base.join(format!("c-daemon-{k}.log"))
     }
@@ -162,18 +192,15 @@ impl Mixed {
 
     fn join(&self, k: usize) {
         let fk = &self.kernels[k - 1];
-        let sent = fk.announce("foo").unwrap_or_else(|e| {
-            panic!(
-                "node {k}: announce: {e}\n{}",
-                std::fs::read_to_string(self.c_log(k)).unwrap_or_default()
-            )
-        });
+        let sent = fk
+            .announce("foo")
+            .unwrap_or_else(|e| panic!("node {k}: announce: {e}\n{}", self.story(k)));
         assert!(sent, "node {k}: no daemon listens for uevents");
         assert!(
             fk.wait_joined("foo", T),
             "node {k} did not join: {:?}\n{}",
             fk.records(),
-            std::fs::read_to_string(self.c_log(k)).unwrap_or_default()
+            self.story(k)
         );
     }
 
