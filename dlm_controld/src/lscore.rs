@@ -680,6 +680,22 @@ impl LsCore {
         }
     }
 
+    /// A change starts natively: a resource of ours that others already wait for gives
+    /// itself back now. Held requests are applied when the kernel starts, a moment before
+    /// the change counts as native, so the one that began a recall then could not send
+    /// our RELEASE, and no later one begins it again: without this the waiters (and every
+    /// request for the resource after them) would never be answered.
+    fn release_recalled(&mut self, out: &mut Vec<Action>) {
+        if !self.native_sending {
+            return;
+        }
+        for number in self.owners.owned_by(self.our) {
+            if self.owners.recalling(number) {
+                self.give_back_ours(number, out);
+            }
+        }
+    }
+
     /// We give back a resource we own: its STATE (if our decisions changed it since the
     /// last), then RELEASE; we decide it no more.
     fn give_back_ours(&mut self, number: u64, out: &mut Vec<Action>) {
@@ -1122,6 +1138,7 @@ impl LsCore {
                         self.plocks.order_by_number();
                     }
                     self.order_may_differ = self.native_sending;
+                    self.release_recalled(&mut out);
                     self.alone = self.mem.started_members().len() == 1;
                     // every member's decisions came before its START: a waiting dump goes
                     if self.fresh.end() {
