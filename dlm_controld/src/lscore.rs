@@ -680,20 +680,25 @@ impl LsCore {
         }
     }
 
-    /// A change starts natively: a resource of ours that others already wait for gives
-    /// itself back now. Held requests are applied when the kernel starts, a moment before
-    /// the change counts as native, so the one that began a recall then could not send
-    /// our RELEASE, and no later one begins it again: without this the waiters (and every
-    /// request for the resource after them) would never be answered.
-    fn release_recalled(&mut self, out: &mut Vec<Action>) {
-        if !self.native_sending {
-            return;
+    /// A change started (its STARTs all delivered; idempotent): whether it is native, and
+    /// so whether a claim is granted and an owner can send RELEASE, counts from here,
+    /// before the requests held while stopped are applied. (Decided later, at `Started`,
+    /// a held request could begin a recall whose RELEASE was never sent, its waiters
+    /// never answered — or, beside a C joiner, grant a claim no RELEASE could end.)
+    fn change_started(&mut self) {
+        self.native_sending = self.mem.started_members_have(HeaderFlags::NATIVE);
+        self.alone = self.mem.started_members().len() == 1;
+    }
+
+    /// Leaving native mode, every member puts its resources in number order at one point
+    /// of the total order: after the requests and STATEs held while stopped (a STATE
+    /// re-creates its resource at the list's tail on all but its owner), before a
+    /// joiner's table goes. From here on C's creation order is one order again.
+    fn order_resources(&mut self) {
+        if self.order_may_differ && !self.native_sending {
+            self.plocks.order_by_number();
         }
-        for number in self.owners.owned_by(self.our) {
-            if self.owners.recalling(number) {
-                self.give_back_ours(number, out);
-            }
-        }
+        self.order_may_differ = self.native_sending;
     }
 
     /// We give back a resource we own: its STATE (if our decisions changed it since the
@@ -1019,6 +1024,7 @@ impl LsCore {
         let (held, by) = self.plocks.holders(number);
         let theirs = held == 0 || by.is_some_and(|n| i64::from(n) == i64::from(from));
         if claim
+            && self.native_sending
             && theirs
             && held <= CLAIM_MAX
             && self.owners.owner(number).is_none()
@@ -1119,27 +1125,24 @@ impl LsCore {
                     renew,
                     event_done,
                     ..
-                } => out.push(Action::StartKernel {
-                    write_id,
-                    members,
-                    renew,
-                    event_done,
-                }),
+                } => {
+                    // the requests held while stopped are applied next: they must see
+                    // whether the started change is native
+                    self.change_started();
+                    out.push(Action::StartKernel {
+                        write_id,
+                        members,
+                        renew,
+                        event_done,
+                    });
+                }
                 membership::Action::Started {
                     plock_data_node,
                     nodes_added,
                     ..
                 } => {
-                    self.native_sending = self.mem.started_members_have(HeaderFlags::NATIVE);
-                    // leaving native mode, every member puts its resources in number
-                    // order at this point of the total order (before a joiner's table
-                    // goes): from here on C's creation order is one order again
-                    if self.order_may_differ && !self.native_sending {
-                        self.plocks.order_by_number();
-                    }
-                    self.order_may_differ = self.native_sending;
-                    self.release_recalled(&mut out);
-                    self.alone = self.mem.started_members().len() == 1;
+                    self.change_started();
+                    self.order_resources();
                     // every member's decisions came before its START: a waiting dump goes
                     if self.fresh.end() {
                         out.push(Action::Fresh);
