@@ -680,8 +680,9 @@ impl LsCore {
         }
     }
 
-    /// A change started (its STARTs all delivered; idempotent): whether it is native, and
-    /// so whether a claim is granted and an owner can send RELEASE, counts from here,
+    /// A change started (its STARTs all delivered; membership emits `StartKernel` before
+    /// every `Started`, the kernel being stopped at every confchg): whether it is native,
+    /// and so whether a claim is granted and an owner can send RELEASE, counts from here,
     /// before the requests held while stopped are applied. (Decided later, at `Started`,
     /// a held request could begin a recall whose RELEASE was never sent, its waiters
     /// never answered — or, beside a C joiner, grant a claim no RELEASE could end.)
@@ -1141,7 +1142,6 @@ impl LsCore {
                     nodes_added,
                     ..
                 } => {
-                    self.change_started();
                     self.order_resources();
                     // every member's decisions came before its START: a waiting dump goes
                     if self.fresh.end() {
