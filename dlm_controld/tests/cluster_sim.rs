@@ -245,15 +245,7 @@ impl Sim {
                             // a later lock of the owner answered before this unlock (a
                             // blocking reply overtakes an older non-blocking one: two
                             // threads of one process) took its bytes after the unlock
-                            let regained = node
-                                .requests
-                                .range(serial + 1..)
-                                .filter(|(_, p)| {
-                                    p.info.op == PlockOp::LOCK
-                                        && p.rv == Some(0)
-                                        && (p.info.owner, p.info.number) == key
-                                })
-                                .fold(0, |a, (_, p)| a | mask(p.info.start, p.info.end));
+                            let regained = answered_after(&node.requests, serial, key).0;
                             *held &= !(m & !regained);
                             *ex &= !(m & !regained);
                         }
@@ -749,15 +741,12 @@ impl Sim {
     }
 }
 
-/// CLOSE `serial` takes effect in the model: the owner's bytes on that file are gone, but
-/// for what its later requests already answered did since (in request order, which is how
-/// the daemon applied them): a blocking grant may overtake an older non-blocking reply, and
-/// so reach the model before the CLOSE is drained.
-fn close(node: &mut Node, serial: u32) {
-    let info = node.requests[&serial].info;
-    let key = (info.owner, info.number);
+/// What the answered requests of owner and file `key` after request `serial` did, replayed
+/// in request order (the daemon's order; their replies may have come in another): the bytes
+/// held and the exclusive ones.
+fn answered_after(requests: &BTreeMap<u32, Pending>, serial: u32, key: (u64, u64)) -> (u64, u64) {
     let (mut held, mut ex) = (0u64, 0u64);
-    for p in node.requests.range(serial + 1..).map(|(_, p)| p) {
+    for p in requests.range(serial + 1..).map(|(_, p)| p) {
         if (p.info.owner, p.info.number) != key || p.replies == 0 {
             continue;
         }
@@ -774,6 +763,16 @@ fn close(node: &mut Node, serial: u32) {
             _ => {}
         }
     }
+    (held, ex)
+}
+
+/// CLOSE `serial` takes effect in the model: the owner's bytes on that file are gone, but
+/// for what its later requests already answered did since: a blocking grant may overtake an
+/// older non-blocking reply, and so reach the model before the CLOSE is drained.
+fn close(node: &mut Node, serial: u32) {
+    let info = node.requests[&serial].info;
+    let key = (info.owner, info.number);
+    let (held, ex) = answered_after(&node.requests, serial, key);
     node.held.insert(key, held);
     node.held_ex.insert(key, ex);
 }

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use dlm_proto::kernel::{PlockInfo, PlockOp};
 use dlm_tests::foo_request as req;
 use dlm_tests::{
-    Daemon, FakeKernel, Record, build_shim, configfs_members, control_writes, start_c_daemon,
-    start_daemon_on_corosync, stdout_in_ns,
+    Daemon, FakeKernel, Record, build_shim, configfs_members, control_writes, daemon_logs,
+    newest_lines, start_c_daemon, start_daemon_on_corosync, stdout_in_ns,
 };
 use support::Cluster;
 
@@ -91,32 +91,25 @@ impl Mixed {
         self.daemons[k - 1] = Some(d);
     }
 
-    /// What node `k` logged: its daemon (C or ours, with what ours wrote to stderr) and
-    /// the end of its corosync's log.
+    /// What node `k` logged: its daemon (C or ours, with what ours wrote to stderr), the
+    /// end of its corosync's log, the fencing log and the end of the other daemons' logs.
     fn story(&self, k: usize) -> String {
         let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
-        let root = self.kernels[k - 1].root();
+        let logs = |n: usize| read(self.c_log(n)) + &daemon_logs(self.kernels[n - 1].root());
         let coro = read(self.c.dir.join(format!("n{k}/corosync.log")));
-        let tail: Vec<&str> = coro.lines().rev().take(30).collect();
         let others: String = (1..=3)
             .filter(|&n| n != k)
             .map(|n| {
-                let log = read(self.c_log(n))
-                    + &read(
-                        self.kernels[n - 1]
-                            .root()
-                            .join("var/log/dlm_controld/dlm_controld.log"),
-                    );
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                format!("node {n}'s daemon (newest first):\n{}\n", tail.join("\n"))
+                format!(
+                    "node {n}'s daemon (newest first):\n{}\n",
+                    newest_lines(&logs(n), 30)
+                )
             })
             .collect();
         format!(
-            "C daemon:\n{}\nours:\n{}{}\ncorosync (newest first):\n{}\nfencing:\n{}\n{others}",
-            read(self.c_log(k)),
-            read(root.join("var/log/dlm_controld/dlm_controld.log")),
-            read(root.join("daemon.stderr")),
-            tail.join("\n"),
+            "daemon:\n{}\ncorosync (newest first):\n{}\nfencing:\n{}\n{others}",
+            logs(k),
+            newest_lines(&coro, 30),
             read(self.base.join("fenced")),
         )
     }

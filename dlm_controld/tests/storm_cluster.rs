@@ -130,18 +130,12 @@ impl Storm {
             &[],
         )
         .unwrap_or_else(|| {
-            let log = self.kernels[k - 1]
-                .root()
-                .join("var/log/dlm_controld/dlm_controld.log");
-            let mut log = std::fs::read_to_string(log).unwrap_or_default();
-            log += &std::fs::read_to_string(self.kernels[k - 1].root().join("daemon.stderr"))
-                .unwrap_or_default();
             let coro = self.c.dir.join(format!("n{k}/corosync.log"));
-            log += &std::fs::read_to_string(coro).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let log = dlm_tests::daemon_logs(self.kernels[k - 1].root())
+                + &std::fs::read_to_string(coro).unwrap_or_default();
             panic!(
-                "daemon {k} did not come up; its log ends:\n{}",
-                tail.join("\n")
+                "daemon {k} did not come up; its log and corosync's end (newest first):\n{}",
+                dlm_tests::newest_lines(&log, 60)
             )
         });
         self.daemons[k - 1] = Some(d);

@@ -127,11 +127,7 @@ impl DaemonBuilder {
 
     /// Started in `ns`, its output discarded.
     pub fn spawn(&self, ns: &str) -> std::io::Result<Daemon> {
-        self.command(ns)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map(Daemon)
+        self.spawn_with(ns, std::process::Stdio::null())
     }
 
     /// Started in `ns`, its standard error appended to `stderr` (a daemon that exits at
@@ -141,12 +137,32 @@ impl DaemonBuilder {
             .create(true)
             .append(true)
             .open(stderr)?;
+        self.spawn_with(ns, f.into())
+    }
+
+    fn spawn_with(&self, ns: &str, stderr: std::process::Stdio) -> std::io::Result<Daemon> {
         self.command(ns)
             .stdout(std::process::Stdio::null())
-            .stderr(f)
+            .stderr(stderr)
             .spawn()
             .map(Daemon)
     }
+}
+
+/// The standard error file [`start_daemon_on_corosync`] keeps under a kernel root.
+pub const DAEMON_STDERR: &str = "daemon.stderr";
+
+/// What our daemon on the fake kernel under `root` logged (its log file, then what it
+/// wrote to standard error when started by [`start_daemon_on_corosync`]), for a failing
+/// test's message; empty where nothing was written.
+pub fn daemon_logs(root: &std::path::Path) -> String {
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+    read(root.join("var/log/dlm_controld/dlm_controld.log")) + &read(root.join(DAEMON_STDERR))
+}
+
+/// The last `n` lines of `text`, newest first.
+pub fn newest_lines(text: &str, n: usize) -> String {
+    text.lines().rev().take(n).collect::<Vec<_>>().join("\n")
 }
 
 /// Starts `dlm_controld` (path `bin`) in network namespace `ns` on the fake kernel `k` under
@@ -163,7 +179,7 @@ pub fn start_daemon_on_corosync(
 ) -> Option<Daemon> {
     let daemon = DaemonBuilder::new(bin, root).args(&["-f", "0"]).args(extra);
     for _ in 0..30 {
-        let mut d = daemon.spawn_logged(ns, &root.join("daemon.stderr")).ok()?;
+        let mut d = daemon.spawn_logged(ns, &root.join(DAEMON_STDERR)).ok()?;
         if wait_up(&mut d, k) {
             return Some(d);
         }
