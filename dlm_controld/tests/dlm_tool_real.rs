@@ -242,6 +242,16 @@ fn raw_sockets(ns: &str) {
             2,
             "two lockspaces"
         );
+        // the header in two parts a moment apart (the connection's task reads the rest)
+        // is answered with the same bytes as the whole header at once (answered at accept)
+        let whole = l.encode();
+        let mut split = connect(dlm_proto::query::QUERY_SOCK_NAME);
+        split.write_all(&whole[..10]).expect("send");
+        std::thread::sleep(Duration::from_millis(100));
+        split.write_all(&whole[10..]).expect("send");
+        let mut late = Vec::new();
+        std::io::Read::read_to_end(&mut split, &mut late).expect("read");
+        assert_eq!(late, r, "LOCKSPACES answered alike both ways");
         let req = dlm_proto::query::Request::SetConfig {
             text: b"drop_resources_count=9 ".to_vec(),
         };

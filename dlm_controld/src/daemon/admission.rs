@@ -306,6 +306,12 @@ pub(crate) fn unix_uid(s: &tokio::net::UnixStream) -> u32 {
     s.peer_cred().map_or(UNKNOWN_UID, |c| c.uid())
 }
 
+/// The uid of a Unix socket's peer, for a stream not registered with the reactor.
+pub(crate) fn std_unix_uid(s: &std::os::unix::net::UnixStream) -> u32 {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(s, PeerCredentials).map_or(UNKNOWN_UID, |c| c.uid())
+}
+
 /// Raises the soft descriptor limit to the hard one (at most 2^20) and returns the soft
 /// limit now in force (1024, C's default, when it cannot be read).
 pub(crate) fn raise_nofile() -> u64 {

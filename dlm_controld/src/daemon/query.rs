@@ -21,11 +21,15 @@ use dlm_proto::query::{
     Command, DUMP_SIZE, DlmcHeader, DlmcNode, FLAG_DUMP_AGES, FLAG_UNCAPPED_DUMP, FailReason,
     HEADER_SIZE, LOCKSPACE_SIZE, NodeFlags, NodesKind, QUERY_SOCK_NAME, Request,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{UnixListener, UnixStream};
+use nix::sys::socket::{SockFlag, accept4};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixStream as StdStream;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::admission::{Acceptor, Gate, Permit, unix_uid};
+use super::admission::{Acceptor, Gate, Permit, std_unix_uid};
 use super::lockspace::LsCommand;
 use crate::lscore::LsReport;
 
@@ -45,17 +49,39 @@ pub(crate) type Tasks = BTreeMap<String, mpsc::UnboundedSender<LsCommand>>;
 /// may be busy with plock work.
 pub(crate) type Published = Arc<Mutex<BTreeMap<String, Arc<LsReport>>>>;
 
+/// The query socket, registered with the clients thread's reactor for accepts only: a
+/// connection is accepted non-blocking and not registered until it must wait.
+pub(crate) type Listener = AsyncFd<std::os::unix::net::UnixListener>;
+
 /// Binds the abstract query socket (address length 18, no trailing NUL).
-pub(crate) fn bind() -> io::Result<UnixListener> {
+pub(crate) fn bind() -> io::Result<Listener> {
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(QUERY_SOCK_NAME)?;
     let l = std::os::unix::net::UnixListener::bind_addr(&addr)?;
     l.set_nonblocking(true)?;
-    UnixListener::from_std(l)
+    // SAFETY: the AsyncFd owns the listener, so the descriptor stays open and unchanged
+    // for as long as it is registered.
+    unsafe { AsyncFd::register_with_interest(l, Interest::READABLE) }.map_err(io::Error::from)
 }
 
-/// Accepts forever; each admitted connection gets its own task.
+/// The next connection, non-blocking and not registered with the reactor.
+async fn accept(l: &Listener) -> io::Result<StdStream> {
+    loop {
+        let mut ready = l.readable().await?;
+        let fd = l.get_ref().as_raw_fd();
+        let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+        match ready.try_io(|_| accept4(fd, flags).map_err(io::Error::from)) {
+            // SAFETY: accept4 returned a new descriptor that nothing else owns.
+            Ok(r) => return r.map(|fd| unsafe { StdStream::from_raw_fd(fd) }),
+            Err(_would_block) => {}
+        }
+    }
+}
+
+/// Accepts forever. A request whose header is there at once and whose answer needs no
+/// lockspace task (the published reports, the configuration, the runs) is answered on the
+/// spot, as C answers; any other connection gets a task of its own.
 pub(crate) async fn serve(
-    listener: UnixListener,
+    listener: Listener,
     gate: Gate,
     registry: Registry,
     config_dump: ConfigDump,
@@ -63,21 +89,186 @@ pub(crate) async fn serve(
 ) {
     let mut acceptor = Acceptor::new("query", gate);
     loop {
-        let ((stream, _), permit) = acceptor
-            .next(|| listener.accept(), |(s, _)| unix_uid(s))
-            .await;
-        let reg = registry.clone();
+        let (stream, permit) = acceptor.next(|| accept(&listener), std_unix_uid).await;
         let cfg = config_dump.lock().map(|d| d.clone()).unwrap_or_default();
-        let st = status.clone();
+        let t0 = std::time::Instant::now();
+        let start = at_once(&stream, &registry, &cfg, &status, t0);
+        if matches!(start, Start::Done) {
+            continue;
+        }
+        let Ok(stream) = UnixStream::from_std(stream) else {
+            continue;
+        };
+        let (reg, st) = (registry.clone(), status.clone());
         tokio::spawn(async move {
             // a client that never sends its header is dropped, not waited for forever
             let _ = tokio::time::timeout(
                 Duration::from_secs(10),
-                connection(stream, permit, reg, cfg, st),
+                connection(stream, start, permit, reg, cfg, st, t0),
             )
             .await;
         });
     }
+}
+
+/// Where a connection's task takes over from [`at_once`].
+#[derive(Debug)]
+enum Start {
+    /// Answered, or closed.
+    Done,
+    /// The header's first bytes (how many).
+    Header([u8; HEADER_SIZE], usize),
+    /// A whole request, whose answer needs a lockspace task or may be long.
+    Request(DlmcHeader, Request),
+    /// An answer's bytes the socket did not take at once.
+    Rest(DlmcHeader, Vec<u8>),
+}
+
+/// Reads what is there of the request without waiting; answers it if it can be answered
+/// now, writing what the socket takes.
+fn at_once(
+    s: &StdStream,
+    reg: &Registry,
+    config_dump: &Arc<String>,
+    status: &SharedStatus,
+    t0: std::time::Instant,
+) -> Start {
+    use std::io::Read;
+    let mut buf = [0u8; HEADER_SIZE];
+    let have = match (&*s).read(&mut buf) {
+        Ok(0) => return Start::Done,
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(_) => return Start::Done,
+    };
+    if have < HEADER_SIZE {
+        return Start::Header(buf, have);
+    }
+    let Some((h, req)) = decode(&buf) else {
+        return Start::Done;
+    };
+    let Some((reply, payload)) = reply_now(reg, config_dump, status, &req) else {
+        return Start::Request(h, req);
+    };
+    let mut bytes = DlmcHeader {
+        name: h.name,
+        ..reply
+    }
+    .with_payload_len(payload.len())
+    .encode()
+    .to_vec();
+    bytes.extend_from_slice(&payload);
+    let sent = write_now(s, &bytes);
+    if sent < bytes.len() {
+        bytes.drain(..sent);
+        return Start::Rest(h, bytes);
+    }
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    answered(&h, Ok(true), t0);
+    Start::Done
+}
+
+/// Writes what the socket takes without waiting; how many bytes.
+fn write_now(s: &StdStream, bytes: &[u8]) -> usize {
+    use std::io::Write;
+    let mut sent = 0;
+    while sent < bytes.len() {
+        match (&*s).write(&bytes[sent..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => sent += n,
+        }
+    }
+    sent
+}
+
+/// The answer to `req` if it needs no lockspace task and is short (every report it reads
+/// published); `None` for the others.
+fn reply_now(
+    reg: &Registry,
+    config_dump: &Arc<String>,
+    status: &SharedStatus,
+    req: &Request,
+) -> Option<Reply> {
+    Some(match req {
+        Request::NodeInfo { lockspace, nodeid } => {
+            node_info_of(published(reg, lockspace)?.as_deref(), *nodeid)
+        }
+        Request::LockspaceInfo(name) => lockspace_info_of(published(reg, name)?.as_deref()),
+        Request::Lockspaces { .. } => lockspaces_of(&all_published(reg)?),
+        Request::LockspaceNodes {
+            lockspace,
+            kind,
+            max,
+        } => lockspace_nodes_of(published(reg, lockspace)?.as_deref(), *kind, *max),
+        Request::DumpRun => run_list(status),
+        Request::DumpConfig => config(config_dump),
+        _ => return None,
+    })
+}
+
+/// A lockspace's published report: `Some(None)` when there is no such lockspace, `None`
+/// when it has not published yet (its task must be asked).
+fn published(reg: &Registry, name: &LockspaceName) -> Option<Option<Arc<LsReport>>> {
+    let name = name.to_str_lossy();
+    let p = PUBLISHED
+        .get()
+        .and_then(|p| p.lock().ok()?.get(&*name).cloned());
+    match p {
+        Some(r) => Some(Some(r)),
+        None if !reg.lock().ok()?.contains_key(&*name) => Some(None),
+        None => None,
+    }
+}
+
+/// Every lockspace's published report, in name order; `None` when one has not published.
+fn all_published(reg: &Registry) -> Option<Vec<Arc<LsReport>>> {
+    let names: Vec<String> = reg.lock().ok()?.keys().cloned().collect();
+    let p = PUBLISHED.get()?.lock().ok()?;
+    names.iter().map(|n| p.get(n).cloned()).collect()
+}
+
+/// A request's header and its decoded form; a bad one is counted and logged.
+fn decode(buf: &[u8; HEADER_SIZE]) -> Option<(DlmcHeader, Request)> {
+    let m = crate::metrics::get();
+    let h = match DlmcHeader::decode(buf) {
+        Ok(h) => h,
+        Err(e) => {
+            // bad header: closed without a reply
+            m.socket_requests
+                .with_label_values(&["query", "none", "bad"])
+                .inc();
+            tracing::error!("query socket: {e}");
+            return None;
+        }
+    };
+    match Request::decode(&h, &[]) {
+        Ok(r) => Some((h, r)),
+        Err(e) => {
+            let label = h.command.name().unwrap_or("unknown");
+            m.socket_requests
+                .with_label_values(&["query", label, "bad"])
+                .inc();
+            tracing::error!("query socket: {e}");
+            None
+        }
+    }
+}
+
+/// Counts a request's outcome and how long it took.
+fn answered(h: &DlmcHeader, r: Result<bool, &io::Error>, t0: std::time::Instant) {
+    let m = crate::metrics::get();
+    let label = h.command.name().unwrap_or("unknown");
+    let outcome = match r {
+        Ok(true) => "ok",
+        Ok(false) => "unserved",
+        Err(_) => "io_error",
+    };
+    m.socket_requests
+        .with_label_values(&["query", label, outcome])
+        .inc();
+    m.query_seconds
+        .with_label_values(&[label])
+        .observe(t0.elapsed().as_secs_f64());
 }
 
 use dlm_proto::errno::{ENOENT, ENOSPC};
@@ -111,7 +302,12 @@ async fn plock_dump(
 }
 
 /// A lockspace's report: as published, or from its task when it has not published yet.
-async fn report(reg: &Registry, name: &str) -> Option<LsReport> {
+async fn report(reg: &Registry, name: &LockspaceName) -> Option<LsReport> {
+    report_named(reg, &name.to_str_lossy()).await
+}
+
+/// [`report`] by the name's text.
+async fn report_named(reg: &Registry, name: &str) -> Option<LsReport> {
     let published = PUBLISHED
         .get()
         .and_then(|p| p.lock().ok()?.get(name).cloned());
@@ -144,7 +340,7 @@ pub(crate) async fn reports(reg: &Registry, fresh: bool) -> Vec<LsReport> {
         let r = if fresh {
             fresh_report(reg, &n).await
         } else {
-            report(reg, &n).await
+            report_named(reg, &n).await
         };
         out.extend(r);
     }
@@ -179,53 +375,39 @@ fn node(r: &LsReport, nodeid: u32, members: &[u32]) -> DlmcNode {
 
 async fn connection(
     mut s: UnixStream,
+    start: Start,
     permit: Permit,
     reg: Registry,
     config_dump: Arc<String>,
     status: SharedStatus,
+    t0: std::time::Instant,
 ) -> io::Result<()> {
-    let t0 = std::time::Instant::now();
-    let m = crate::metrics::get();
-    let mut buf = [0u8; HEADER_SIZE];
-    let header = tokio::time::timeout(permit.header_timeout(), s.read_exact(&mut buf));
-    let Ok(read) = header.await else {
-        return Ok(());
-    };
-    read?;
-    let h = match DlmcHeader::decode(&buf) {
-        Ok(h) => h,
-        Err(e) => {
-            // bad header: closed without a reply
-            m.socket_requests
-                .with_label_values(&["query", "none", "bad"])
-                .inc();
-            tracing::error!("query socket: {e}");
-            return Ok(());
+    let (h, req) = match start {
+        Start::Done => return Ok(()),
+        Start::Rest(h, rest) => {
+            let r = async {
+                s.write_all(&rest).await?;
+                s.shutdown().await
+            }
+            .await;
+            answered(&h, r.as_ref().map(|()| true), t0);
+            return r;
         }
-    };
-    let label = h.command.name().unwrap_or("unknown");
-    let req = match Request::decode(&h, &[]) {
-        Ok(r) => r,
-        Err(e) => {
-            m.socket_requests
-                .with_label_values(&["query", label, "bad"])
-                .inc();
-            tracing::error!("query socket: {e}");
-            return Ok(());
+        Start::Request(h, req) => (h, req),
+        Start::Header(mut buf, have) => {
+            let rest = s.read_exact(&mut buf[have..]);
+            let Ok(read) = tokio::time::timeout(permit.header_timeout(), rest).await else {
+                return Ok(());
+            };
+            read?;
+            let Some(d) = decode(&buf) else {
+                return Ok(());
+            };
+            d
         }
     };
     let r = answer(&mut s, &reg, &config_dump, &status, &h, req).await;
-    let outcome = match &r {
-        Ok(true) => "ok",
-        Ok(false) => "unserved",
-        Err(_) => "io_error",
-    };
-    m.socket_requests
-        .with_label_values(&["query", label, outcome])
-        .inc();
-    m.query_seconds
-        .with_label_values(&[label])
-        .observe(t0.elapsed().as_secs_f64());
+    answered(&h, r.as_ref().copied(), t0);
     r.map(|_| ())
 }
 
@@ -249,25 +431,18 @@ async fn answer(
             crate::log::dump_plock(),
         ),
         Request::DumpStatus => return dump_status(s, status).await.map(|()| true),
-        Request::NodeInfo { lockspace, nodeid } => node_info(reg, &lockspace, nodeid).await,
-        Request::LockspaceInfo(name) => lockspace_info(reg, &name).await,
-        Request::Lockspaces { .. } => lockspaces(reg).await,
+        Request::NodeInfo { lockspace, nodeid } => {
+            node_info_of(report(reg, &lockspace).await.as_ref(), nodeid)
+        }
+        Request::LockspaceInfo(name) => lockspace_info_of(report(reg, &name).await.as_ref()),
+        Request::Lockspaces { .. } => lockspaces_of(&reports(reg, false).await),
         Request::LockspaceNodes {
             lockspace,
             kind,
             max,
-        } => lockspace_nodes(reg, &lockspace, kind, max).await,
-        Request::DumpRun => (
-            DlmcHeader::new(Command::DUMP_RUN),
-            status
-                .lock()
-                .map(|st| st.run_list.clone().into_bytes())
-                .unwrap_or_default(),
-        ),
-        Request::DumpConfig => (
-            DlmcHeader::new(Command::DUMP_CONFIG),
-            config_dump.as_bytes().to_vec(),
-        ),
+        } => lockspace_nodes_of(report(reg, &lockspace).await.as_ref(), kind, max),
+        Request::DumpRun => run_list(status),
+        Request::DumpConfig => config(config_dump),
         Request::DumpPlocks(name) => dump_plocks(reg, &name, h.flags).await,
         other => {
             // main-socket commands and those not served yet: closed without a reply
@@ -317,14 +492,15 @@ async fn dump_status(s: &mut UnixStream, status: &SharedStatus) -> io::Result<()
     s.shutdown().await
 }
 
-async fn node_info(reg: &Registry, lockspace: &LockspaceName, nodeid: i32) -> Reply {
-    let Some(r) = report(reg, &lockspace.to_str_lossy()).await else {
+/// NODE_INFO from the lockspace's report (`None`: no such lockspace).
+fn node_info_of(r: Option<&LsReport>, nodeid: i32) -> Reply {
+    let Some(r) = r else {
         return no_lockspace(Command::NODE_INFO, dlm_proto::query::NODE_SIZE);
     };
     let id = u32::try_from(nodeid).unwrap_or(0);
     // an unknown node: its id and zeros (observed)
     let rec = if r.history.iter().any(|(x, _)| *x == id) {
-        node(&r, id, &r.members)
+        node(r, id, &r.members)
     } else {
         DlmcNode {
             nodeid,
@@ -339,8 +515,9 @@ async fn node_info(reg: &Registry, lockspace: &LockspaceName, nodeid: i32) -> Re
     (DlmcHeader::new(Command::NODE_INFO), rec.encode().to_vec())
 }
 
-async fn lockspace_info(reg: &Registry, name: &LockspaceName) -> Reply {
-    match report(reg, &name.to_str_lossy()).await {
+/// LOCKSPACE_INFO from the lockspace's report (`None`: no such lockspace).
+fn lockspace_info_of(r: Option<&LsReport>) -> Reply {
+    match r {
         Some(r) => (
             DlmcHeader::new(Command::LOCKSPACE_INFO),
             r.info.encode().to_vec(),
@@ -351,23 +528,18 @@ async fn lockspace_info(reg: &Registry, name: &LockspaceName) -> Reply {
 }
 
 /// LOCKSPACES: 4.2.0 returns every lockspace whatever max says (observed).
-async fn lockspaces(reg: &Registry) -> Reply {
-    let rs = reports(reg, false).await;
+fn lockspaces_of<R: std::borrow::Borrow<LsReport>>(rs: &[R]) -> Reply {
     let mut p = Vec::new();
-    for r in &rs {
-        p.extend_from_slice(&r.info.encode());
+    for r in rs {
+        p.extend_from_slice(&r.borrow().info.encode());
     }
     let count = i32::try_from(rs.len()).unwrap_or(i32::MAX);
     (header(Command::LOCKSPACES, count), p)
 }
 
-async fn lockspace_nodes(
-    reg: &Registry,
-    lockspace: &LockspaceName,
-    kind: NodesKind,
-    max: i32,
-) -> Reply {
-    let Some(r) = report(reg, &lockspace.to_str_lossy()).await else {
+/// LOCKSPACE_NODES from the lockspace's report (`None`: no such lockspace).
+fn lockspace_nodes_of(r: Option<&LsReport>, kind: NodesKind, max: i32) -> Reply {
+    let Some(r) = r else {
         return no_lockspace(Command::LOCKSPACE_NODES, 0);
     };
     let chosen = if r.next_members.is_empty() {
@@ -384,10 +556,29 @@ async fn lockspace_nodes(
     let max = usize::try_from(max.max(0)).unwrap_or(0);
     let mut p = Vec::new();
     for id in ids.iter().take(max) {
-        p.extend_from_slice(&node(&r, *id, rel).encode());
+        p.extend_from_slice(&node(r, *id, rel).encode());
     }
     let count = i32::try_from(ids.len().min(max)).unwrap_or(0);
     (header(Command::LOCKSPACE_NODES, count), p)
+}
+
+/// DUMP_RUN: the runs this node knows.
+fn run_list(status: &SharedStatus) -> Reply {
+    (
+        DlmcHeader::new(Command::DUMP_RUN),
+        status
+            .lock()
+            .map(|st| st.run_list.clone().into_bytes())
+            .unwrap_or_default(),
+    )
+}
+
+/// DUMP_CONFIG: the options in force.
+fn config(config_dump: &Arc<String>) -> Reply {
+    (
+        DlmcHeader::new(Command::DUMP_CONFIG),
+        config_dump.as_bytes().to_vec(),
+    )
 }
 
 /// DUMP_PLOCKS: the real dlm_tool reads at most DLMC_DUMP_SIZE, so whole lines up to it

@@ -138,6 +138,7 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     let dpid = s.daemon.as_ref().map_or(0, |d| d.0.id());
     let (d0, c0) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
     let perf = PerfCounts::start(dpid, secs);
+    let perf_cs = PerfCounts::start(if dpid == 0 { 0 } else { cs.pid() }, secs);
     let script = LockUnlock(|p, _| case.lock_of(p));
     let first = 100 + 1000 * case as u64;
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -161,6 +162,16 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
             s.kind.label(),
             per(sys),
             per(cs)
+        );
+    }
+    if let Some((sys, sw)) = perf_cs.finish() {
+        #[allow(clippy::cast_precision_loss)]
+        let per = |n: u64| n as f64 / d.ops.max(1) as f64;
+        eprintln!(
+            "perf corosync beside {}: {:.2} syscalls/op, {:.3} context switches/op",
+            s.kind.label(),
+            per(sys),
+            per(sw)
         );
     }
     let (d1, c1) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
