@@ -552,9 +552,9 @@ fn a_configfs_error_does_not_stop_a_leave() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The daemon's threads: the runtime's one worker (lockspaces, the plock device), the main
-/// thread (the main task), the log writer, and the local sockets on a thread of their own
-/// with its own runtime, so that no query waits behind plock work on the worker.
+/// The daemon's threads: its one thread (the main task, the lockspaces, the plock device),
+/// the log writer, and the local sockets on a thread of their own with its own runtime, so
+/// that no query waits behind plock work.
 #[test]
 fn the_local_sockets_have_a_thread_of_their_own() {
     let dir = root("threads");
@@ -578,8 +578,8 @@ fn the_local_sockets_have_a_thread_of_their_own() {
     }
     assert_eq!(
         names(),
-        ["dlm_clients", "dlm_controld", "dlm_controld", "dlm_log"],
-        "one clients thread, the main thread and one worker, the log writer"
+        ["dlm_clients", "dlm_controld", "dlm_log"],
+        "one clients thread, the daemon's one thread, the log writer"
     );
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);

@@ -189,14 +189,13 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     if !o.on(crate::config::Opt::Foreground) && !o.on(crate::config::Opt::DaemonDebug) {
         nix::unistd::daemon(false, false).map_err(|e| DaemonError::Io("daemon(3)", e.into()))?;
     }
-    // one worker for the lockspaces and the plock device (the main task runs on this thread
-    // in block_on; the local sockets on a thread of their own, main_task::spawn_clients): a
-    // second worker made every request's hand-offs cross threads and took the CPU corosync
-    // needs (docs/BENCHMARKS.md: one worker is 1.2-1.4x two on the C-compatible and
-    // node-local rows)
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("dlm_controld")
+    // one thread for the main task, the lockspaces and the plock device, as C's one loop
+    // (the local sockets on a thread of their own, main_task::spawn_clients): a request's
+    // hand-offs never cross threads, and a current-thread scheduler costs less per wake-up
+    // than one worker beside block_on's thread (docs/BENCHMARKS.md: 1.13x on the contended
+    // C-compatible row, 13.0 against 15.6 us of daemon CPU per op); a second worker took the
+    // CPU corosync needs (one worker was 1.2-1.4x two on the C-compatible rows)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| DaemonError::Io("tokio runtime", e))?;

@@ -1,6 +1,6 @@
-//! The plock device's reader: its own task, so that a request's hand-off to its lockspace's
-//! task stays on the worker thread that read it (the main future runs on `block_on`'s
-//! thread, and every hand-off from there woke a worker through a futex).
+//! The plock device's reader: its own task beside the lockspace tasks on the daemon's one
+//! thread, so a request's hand-off to its lockspace's task is a wake-up in the same
+//! scheduler, never a futex.
 
 use std::collections::BTreeMap;
 use std::io;
