@@ -752,8 +752,10 @@ impl Shell {
                     tokio::task::yield_now().await;
                 }
             }, if self.group.queued() > 0 || self.core.sending() => {}
-            // cpg_leave met TRY_AGAIN: again shortly, as cpg_join is retried
-            () = tokio::time::sleep(LeaveRetry::PAUSE), if t.leave.pending => {
+            // cpg_leave met TRY_AGAIN: again shortly, as cpg_join is retried (a select
+            // builds every branch's future each turn, disabled or not: the timer is made
+            // inside, so a turn without a leave pending reads no clock)
+            () = async { tokio::time::sleep(LeaveRetry::PAUSE).await }, if t.leave.pending => {
                 t.leave.attempt(&mut self.group);
             }
             // decided entries waiting for company: they go now

@@ -190,8 +190,10 @@ fn plock_requests(
     let (Ok(lockspaces), Ok(fsids)) = (registry.lock(), fsids.read()) else {
         return;
     };
+    // one read, one time read for the latency of all it brought
+    let t0 = std::time::Instant::now();
     for bytes in batch.iter().take_while(|b| !b.is_empty()) {
-        plock_request(bytes, now_ms, our, &fsids, &lockspaces, device);
+        plock_request(bytes, now_ms, t0, our, &fsids, &lockspaces, device);
     }
 }
 
@@ -200,6 +202,7 @@ fn plock_requests(
 fn plock_request(
     bytes: &[u8],
     now_ms: u64,
+    t0: std::time::Instant,
     our: u32,
     fsids: &BTreeMap<u32, Arc<str>>,
     lockspaces: &query::Tasks,
@@ -236,7 +239,7 @@ fn plock_request(
         }
     }
     let task = name.and_then(|n| lockspaces.get(&**n));
-    let sent = task.map(|tx| tx.send(LsCommand::Plock(info, std::time::Instant::now())));
+    let sent = task.map(|tx| tx.send(LsCommand::Plock(info, t0)));
     if matches!(sent, Some(Ok(()))) {
         // out of the backlog again when its task takes it (`Shell::take`)
         crate::metrics::get().plock_backlog.inc();
