@@ -150,13 +150,7 @@ fn at_once(
     let Some((reply, payload)) = reply_now(reg, config_dump, status, &req) else {
         return Start::Request(h, req);
     };
-    let mut bytes = DlmcHeader {
-        name: h.name,
-        ..reply
-    }
-    .with_payload_len(payload.len())
-    .encode()
-    .to_vec();
+    let mut bytes = reply_header(&h, reply, payload.len()).encode().to_vec();
     bytes.extend_from_slice(&payload);
     let sent = write_now(s, &bytes);
     if sent < bytes.len() {
@@ -174,8 +168,11 @@ fn write_now(s: &StdStream, bytes: &[u8]) -> usize {
     let mut sent = 0;
     while sent < bytes.len() {
         match (&*s).write(&bytes[sent..]) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // WouldBlock: the rest goes from a task; any other error shows there too
+            Err(_) => break,
         }
     }
     sent
@@ -210,10 +207,7 @@ fn reply_now(
 /// when it has not published yet (its task must be asked).
 fn published(reg: &Registry, name: &LockspaceName) -> Option<Option<Arc<LsReport>>> {
     let name = name.to_str_lossy();
-    let p = PUBLISHED
-        .get()
-        .and_then(|p| p.lock().ok()?.get(&*name).cloned());
-    match p {
+    match published_named(&name) {
         Some(r) => Some(Some(r)),
         None if !reg.lock().ok()?.contains_key(&*name) => Some(None),
         None => None,
@@ -223,8 +217,12 @@ fn published(reg: &Registry, name: &LockspaceName) -> Option<Option<Arc<LsReport
 /// Every lockspace's published report, in name order; `None` when one has not published.
 fn all_published(reg: &Registry) -> Option<Vec<Arc<LsReport>>> {
     let names: Vec<String> = reg.lock().ok()?.keys().cloned().collect();
-    let p = PUBLISHED.get()?.lock().ok()?;
-    names.iter().map(|n| p.get(n).cloned()).collect()
+    names.iter().map(|n| published_named(n)).collect()
+}
+
+/// The report the lockspace named `name` last published, if any.
+fn published_named(name: &str) -> Option<Arc<LsReport>> {
+    PUBLISHED.get()?.lock().ok()?.get(name).cloned()
 }
 
 /// A request's header and its decoded form; a bad one is counted and logged.
@@ -308,10 +306,7 @@ async fn report(reg: &Registry, name: &LockspaceName) -> Option<LsReport> {
 
 /// [`report`] by the name's text.
 async fn report_named(reg: &Registry, name: &str) -> Option<LsReport> {
-    let published = PUBLISHED
-        .get()
-        .and_then(|p| p.lock().ok()?.get(name).cloned());
-    match published {
+    match published_named(name) {
         Some(r) => Some((*r).clone()),
         None => fresh_report(reg, name).await,
     }
@@ -451,12 +446,8 @@ async fn answer(
             return Ok(false);
         }
     };
-    let reply = DlmcHeader {
-        name: h.name,
-        ..reply
-    }
-    .with_payload_len(payload.len());
-    s.write_all(&reply.encode()).await?;
+    s.write_all(&reply_header(h, reply, payload.len()).encode())
+        .await?;
     s.write_all(&payload).await?;
     s.shutdown().await?;
     Ok(true)
@@ -464,6 +455,15 @@ async fn answer(
 
 /// A reply header (its name and payload length are filled in last) and its payload.
 type Reply = (DlmcHeader, Vec<u8>);
+
+/// `reply` as it goes to the client that sent `request`: its name, `len` bytes of payload.
+fn reply_header(request: &DlmcHeader, reply: DlmcHeader, len: usize) -> DlmcHeader {
+    DlmcHeader {
+        name: request.name,
+        ..reply
+    }
+    .with_payload_len(len)
+}
 
 /// `command`'s reply header with `data` (a count, 0, or a negative errno).
 fn header(command: Command, data: i32) -> DlmcHeader {
