@@ -153,27 +153,13 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         (d, ls)
     });
     let mut d = d?;
-    if let Some((sys, cs)) = perf.finish() {
-        #[allow(clippy::cast_precision_loss)]
-        let per = |n: u64| n as f64 / d.ops.max(1) as f64;
-        eprintln!(
-            "perf {} / {}: {:.2} syscalls/op, {:.3} context switches/op",
-            case.label(),
-            s.kind.label(),
-            per(sys),
-            per(cs)
-        );
-    }
-    if let Some((sys, sw)) = perf_cs.finish() {
-        #[allow(clippy::cast_precision_loss)]
-        let per = |n: u64| n as f64 / d.ops.max(1) as f64;
-        eprintln!(
-            "perf corosync beside {}: {:.2} syscalls/op, {:.3} context switches/op",
-            s.kind.label(),
-            per(sys),
-            per(sw)
-        );
-    }
+    let who = format!("{} / {}", case.label(), s.kind.label());
+    print_perf(&who, perf, d.ops);
+    print_perf(
+        &format!("corosync beside {}", s.kind.label()),
+        perf_cs,
+        d.ops,
+    );
     let (d1, c1) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
     let coro = if s.daemon.is_some() {
         c1.saturating_sub(c0)
@@ -181,6 +167,19 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         0
     };
     Some(Run::of(&mut d, secs, d1.saturating_sub(d0), coro, &mut ls))
+}
+
+/// `VS_PERF=1`: a process's system calls and context switches per op of the run.
+fn print_perf(who: &str, counts: PerfCounts, ops: u64) {
+    if let Some((sys, switches)) = counts.finish() {
+        #[allow(clippy::cast_precision_loss)]
+        let per = |n: u64| n as f64 / ops.max(1) as f64;
+        eprintln!(
+            "perf {who}: {:.2} syscalls/op, {:.3} context switches/op",
+            per(sys),
+            per(switches)
+        );
+    }
 }
 
 fn main() -> ExitCode {
