@@ -26,8 +26,8 @@ impl Rng {
     }
 }
 
-/// The seeds a simulation runs: `DLM_SIM_SEED` alone, else 1..=`DLM_SIM_RUNS` (default
-/// `runs`). Panics on a `DLM_SIM_SEED` that is not a number (a test's input error).
+/// The seeds a simulation runs: `DLM_SIM_SEED` alone, else `DLM_SIM_RUNS` of them (default
+/// `runs`) from `DLM_SIM_FROM` (default 1). Panics on a `DLM_SIM_SEED` that is not a number (a test's input error).
 pub fn seeds(runs: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("DLM_SIM_SEED") {
         return vec![s.parse().expect("DLM_SIM_SEED is a number")];
@@ -36,7 +36,12 @@ pub fn seeds(runs: u64) -> Vec<u64> {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(runs);
-    (1..=runs).collect()
+    // `DLM_SIM_FROM=n`: the seeds from n on (a long run taken up where it stopped)
+    let from: u64 = std::env::var("DLM_SIM_FROM")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    (from..from.saturating_add(runs)).collect()
 }
 
 #[cfg(test)]
