@@ -18,7 +18,8 @@ use crate::lscore::{Action, LsCore, LsEnv, LsReport};
 /// What the main task tells a lockspace.
 #[derive(Debug)]
 pub enum LsCommand {
-    /// Retry a waiting change (once a second).
+    /// Look again at quorum and fencing for a waiting change: once a second, and from the
+    /// main task when the fencing facts changed (no watch registered per turn here).
     Poll,
     /// The kernel released the lockspace (`offline@`).
     Leave,
@@ -625,7 +626,7 @@ pub(crate) async fn run(
     let Some(mut ls) = Shell::start(name, conf, ctx).await else {
         return;
     };
-    let mut turn = Turn::new(&ls.ctx);
+    let mut turn = Turn::new();
     while !ls.core.is_left() {
         if !ls.turn(&mut turn, &mut commands).await {
             break;
@@ -636,8 +637,6 @@ pub(crate) async fn run(
 
 /// What one turn of the task's loop leaves to the next.
 struct Turn {
-    quorum: tokio::sync::watch::Receiver<super::QuorumState>,
-    fenced: tokio::sync::watch::Receiver<super::FenceFacts>,
     last_flush: Flush,
     /// The next sync of our decisions, armed while some wait for it (one timer kept
     /// across turns: a turn registers nothing with the timer wheel).
@@ -650,10 +649,8 @@ struct Turn {
 }
 
 impl Turn {
-    fn new(ctx: &LsContext) -> Self {
+    fn new() -> Self {
         Self {
-            quorum: ctx.quorum.clone(),
-            fenced: ctx.fencing.clone(),
             last_flush: Flush::Empty,
             sync_timer: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
             sync_armed: false,
@@ -739,9 +736,6 @@ impl Shell {
                     return false;
                 }
             },
-            Ok(()) = t.quorum.changed() => self.poll(),
-            // a node fenced (or acknowledged): a change waiting for it goes on at once
-            Ok(()) = t.fenced.changed() => self.poll(),
             // a backlog (a big state transfer, a storm): a portion per turn, right away
             // after a full portion, a millisecond after corosync's TRY_AGAIN; events,
             // plock requests and queries keep being served in between
@@ -763,12 +757,6 @@ impl Shell {
         }
         self.after_turn(t);
         true
-    }
-
-    /// The core looks again at its environment (quorum, fencing changed).
-    fn poll(&mut self) {
-        let a = self.with_env(|core, env| core.poll(env));
-        self.perform(a);
     }
 
     /// What every turn ends with: replies out, batches and transfer portions sent, the

@@ -301,6 +301,7 @@ fn spawn_reader(
 impl Daemon<'_> {
     async fn run(mut self, mut src: Sources) -> Result<(), DaemonError> {
         loop {
+            self.fencing_news();
             if self.quit && self.registry.lock().is_ok_and(|m| m.is_empty()) {
                 self.dg.leave();
                 return Ok(());
@@ -441,12 +442,26 @@ impl Daemon<'_> {
             }
         }
         self.dg.tick(self.services.as_ref());
+        self.poll_lockspaces();
+        Ok(())
+    }
+
+    /// Every lockspace looks again at quorum and fencing (its waiting change).
+    fn poll_lockspaces(&self) {
         if let Ok(m) = self.registry.lock() {
             for tx in m.values() {
                 let _ = tx.send(LsCommand::Poll);
             }
         }
-        Ok(())
+    }
+
+    /// The daemon group's fencing facts changed in this turn (a node fenced or
+    /// acknowledged): a change waiting for them goes on now, not at the next tick.
+    fn fencing_news(&mut self) {
+        if self.ctx.fencing.has_changed().unwrap_or(false) {
+            self.ctx.fencing.borrow_and_update();
+            self.poll_lockspaces();
+        }
     }
 }
 
@@ -577,11 +592,11 @@ fn handle_uevent(
                     Arc::from(name.as_str()),
                 );
             }
-            let span = tracing::debug_span!("lockspace", ls = name.as_str());
+            let named: Arc<str> = Arc::from(name.as_str());
             lockspaces.insert(name, tx);
-            tokio::spawn(tracing::Instrument::instrument(
+            tokio::spawn(crate::log::in_lockspace(
+                named,
                 lockspace::run(ev.lockspace, conf, ctx.clone(), rx),
-                span,
             ));
         }
         UeventAction::Offline => match lockspaces.get(&name) {

@@ -2,8 +2,9 @@
 //! `log_level`) and, with `--log-format json`, into JSON objects with every field.
 //!
 //! Code logs with `tracing` macros and fields (`tracing::debug!(nodeid, "...")`); a lockspace
-//! task runs inside a `lockspace` span whose `ls` field names the lockspace, so its events
-//! carry the name without formatting it into each message. Events with target
+//! task is polled with its name set ([`super::in_lockspace`]; a `lockspace` span with an
+//! `ls` field does the same), so its events carry the name without formatting it into each
+//! message. Events with target
 //! [`PLOCK_TARGET`] are C's plock-only lines (the `dlm_tool log_plock` ring, LOG_NONE);
 //! with [`PLOCK_DEBUG_TARGET`], C's `log_dlock` lines (both rings).
 
@@ -105,7 +106,8 @@ struct SpanFields(Fields);
 pub struct Line {
     /// Severity.
     pub level: super::Level,
-    /// The lockspace it belongs to (the event's or an enclosing span's `ls` field).
+    /// The lockspace it belongs to (the event's or an enclosing span's `ls` field, else
+    /// the lockspace task being polled).
     pub ls: Option<String>,
     /// C's text names the lockspace (`log_group`), not a [`PLAIN_TARGET`] line.
     pub prefix: bool,
@@ -196,7 +198,8 @@ where
         let ls = fields
             .get("ls")
             .or_else(|| spans.iter().find_map(|(_, f)| f.get("ls")))
-            .map(ls_of);
+            .map(ls_of)
+            .or_else(super::task_ls::current);
         super::emit(&Line {
             level: level_of(*meta.level()),
             prefix: meta.target() != PLAIN_TARGET,

@@ -1,5 +1,6 @@
 //! Logging as the C daemon does it (logging.c `log_level`), fed by `tracing`: code logs with
-//! `tracing` macros and fields, inside a `lockspace` span where it works for one lockspace;
+//! `tracing` macros and fields, in a lockspace's task ([`in_lockspace`]) or inside a
+//! `lockspace` span where it works for one lockspace;
 //! [`layer::CLayer`] turns each event into C's line `<monotonic seconds> [<lockspace> ]<message>`,
 //! kept in a 1 MiB debug ring buffer (`dlm_tool dump`); plock lines go to the plock ring buffer
 //! (`dlm_tool log_plock`) as records. Errors, warnings and notices also go to syslog (ident
@@ -10,10 +11,12 @@
 pub mod layer;
 mod plock_ring;
 mod ring;
+mod task_ls;
 
 pub use layer::{CLayer, Line, PLAIN_TARGET, PLOCK_DEBUG_TARGET, PLOCK_TARGET};
 pub use plock_ring::{PlockLine, PlockRing};
 pub use ring::{RING_SIZE, Ring};
+pub use task_ls::{InLockspace, in_lockspace};
 
 use std::cell::RefCell;
 use std::fmt::Arguments;
