@@ -9,7 +9,7 @@
 //! replies out of request order (must be 0), and the ratio to C's default mode.
 //!
 //! Needs root, corosync and Debian's dlm-controld (`.ci/run` installs them). Results:
-//! docs/BENCHMARKS.md. The three-node cases of issue 14 are not here yet.
+//! docs/BENCHMARKS.md. The three-node cases are `vs_c3`'s.
 
 #[path = "../../../cpg/tests/support/mod.rs"]
 #[allow(clippy::all, missing_debug_implementations)]
