@@ -214,6 +214,10 @@ pub struct LsCore {
     /// Our table going out to a joiner.
     sending: Option<Sending>,
     held: Vec<Item>,
+    /// The items held while stopped are being applied at a change's start: a claim among
+    /// them grants nothing, so after the last START nobody owns anything on any member
+    /// (and a joiner, which starts with no owners, agrees).
+    start_replay: bool,
     left: bool,
     /// Native mode: who owns what (replicated).
     owners: Owners,
@@ -270,6 +274,7 @@ impl LsCore {
             unsent: Vec::new(),
             sending: None,
             held: Vec::new(),
+            start_replay: false,
             left: false,
             owners: Owners::default(),
             order: ReplyOrder::default(),
@@ -1026,6 +1031,7 @@ impl LsCore {
         let theirs = held == 0 || by.is_some_and(|n| i64::from(n) == i64::from(from));
         if claim
             && self.native_sending
+            && !self.start_replay
             && theirs
             && held <= CLAIM_MAX
             && self.owners.owner(number).is_none()
@@ -1128,8 +1134,9 @@ impl LsCore {
                     ..
                 } => {
                     // the requests held while stopped are applied next: they must see
-                    // whether the started change is native
+                    // whether the started change is native, and grant no claim
                     self.change_started();
+                    self.start_replay = true;
                     out.push(Action::StartKernel {
                         write_id,
                         members,
@@ -1157,6 +1164,7 @@ impl LsCore {
             if !self.mem.kernel_stopped() && self.sending.is_none() {
                 self.release_held(e, &mut out);
             }
+            self.start_replay = false;
         }
         out
     }

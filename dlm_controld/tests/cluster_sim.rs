@@ -339,58 +339,13 @@ impl Sim {
 
     /// At most `turns` rounds of: order one message, let every node handle its events.
     fn settle_for(&mut self, turns: usize) -> bool {
-        let fence = self.fence.clone();
-        let clock = self.clock;
         let mut any = false;
         for _ in 0..turns {
             self.turns += 1;
             let mut moved = self.bus.step();
             let ids: Vec<u32> = self.nodes.keys().copied().collect();
             for id in ids {
-                let side = self.nodes[&id].side;
-                let quorate = self.quorate(side);
-                let seed = self.seed;
-                let node = self.nodes.get_mut(&id).expect("node");
-                let Some(g) = node.group.as_mut() else {
-                    continue;
-                };
-                let mut events = Vec::new();
-                while let Some(e) = g.poll_event() {
-                    events.push(e);
-                }
-                for ev in events {
-                    moved = true;
-                    let env = Self::env(&fence, clock, quorate, 0);
-                    let a = node.core.event(&env, ev);
-                    Self::perform(node, a, seed);
-                    check_table(node, seed);
-                }
-                let env = Self::env(&fence, clock, quorate, 0);
-                let a = node.core.poll(&env);
-                if !a.is_empty() {
-                    moved = true;
-                }
-                Self::perform(node, a, seed);
-                // the shell's end of turn: the batch (requests, releases) goes at once, the
-                // STATEs of our decisions a little later
-                if node.core.batch_urgent() {
-                    let a = node.core.flush();
-                    Self::perform(node, a, seed);
-                }
-                if let Some(every) = self.sync_every {
-                    if node.core.batch_pending() && self.turns % every == 0 {
-                        let a = node.core.sync();
-                        Self::perform(node, a, seed);
-                    }
-                    moved |= node.core.batch_pending();
-                }
-                // a transfer goes out a few messages per turn, interleaved with the rest
-                if node.core.sending() {
-                    moved = true;
-                    let env = Self::env(&fence, clock, quorate, 0);
-                    let a = node.core.pump(&env, 2);
-                    Self::perform(node, a, seed);
-                }
+                moved |= self.node_turn(id);
             }
             if !moved {
                 return any;
@@ -398,6 +353,61 @@ impl Sim {
             any = true;
         }
         any
+    }
+
+    /// Node `id` handles the events it has, then ends its turn as the shell does; whether
+    /// anything moved.
+    fn node_turn(&mut self, id: u32) -> bool {
+        let fence = self.fence.clone();
+        let clock = self.clock;
+        let side = self.nodes[&id].side;
+        let quorate = self.quorate(side);
+        let seed = self.seed;
+        let turns = self.turns;
+        let sync_every = self.sync_every;
+        let mut moved = false;
+        let node = self.nodes.get_mut(&id).expect("node");
+        let Some(g) = node.group.as_mut() else {
+            return false;
+        };
+        let mut events = Vec::new();
+        while let Some(e) = g.poll_event() {
+            events.push(e);
+        }
+        for ev in events {
+            moved = true;
+            let env = Self::env(&fence, clock, quorate, 0);
+            let a = node.core.event(&env, ev);
+            Self::perform(node, a, seed);
+            check_table(node, seed);
+        }
+        let env = Self::env(&fence, clock, quorate, 0);
+        let a = node.core.poll(&env);
+        if !a.is_empty() {
+            moved = true;
+        }
+        Self::perform(node, a, seed);
+        // the shell's end of turn: the batch (requests, releases) goes at once, the
+        // STATEs of our decisions a little later
+        if node.core.batch_urgent() {
+            let a = node.core.flush();
+            Self::perform(node, a, seed);
+        }
+        if let Some(every) = sync_every {
+            if node.core.batch_pending() && turns % every == 0 {
+                let a = node.core.sync();
+                Self::perform(node, a, seed);
+            }
+            moved |= node.core.batch_pending();
+        }
+        // a transfer goes out a few messages per turn, interleaved with the rest
+        if node.core.sending() {
+            moved = true;
+            let env = Self::env(&fence, clock, quorate, 0);
+            let a = node.core.pump(&env, 2);
+            Self::perform(node, a, seed);
+        }
+        moved
     }
 
     fn request(&mut self, rng: &mut Rng, id: u32) {
@@ -896,32 +906,78 @@ fn check_table(node: &Node, seed: u64) {
     }
 }
 
+impl Sim {
+    /// `configured` nodes, none joined yet; those in `plain` do not offer native mode.
+    fn new(seed: u64, configured: u32, plain: BTreeSet<u32>) -> Self {
+        Self {
+            bus: SimBus::new(seed),
+            nodes: BTreeMap::new(),
+            configured,
+            serial: 0,
+            seed,
+            clock: 1,
+            fence: FenceFacts::default(),
+            plain,
+            turns: 0,
+            sync_every: Some(3),
+            deadlock: false,
+            stats: NativeStats::default(),
+        }
+    }
+
+    /// Node `id`'s process `id`0 asks to lock (write) or unlock byte `byte` of `number`,
+    /// without waiting; the request goes to the bus at once (not yet ordered). Its serial.
+    fn ask_now(&mut self, id: u32, op: PlockOp, number: u64, byte: u64) -> u32 {
+        self.serial += 1;
+        let node = self.nodes.get_mut(&id).expect("joined");
+        let info = PlockInfo {
+            version: PLOCK_VERSION,
+            op,
+            ex: true,
+            wait: false,
+            flags: PlockFlags(0),
+            pid: self.serial,
+            nodeid: i32::try_from(id).expect("small"),
+            rv: 0,
+            fsid: node.core.global_id(),
+            number,
+            start: byte,
+            end: byte,
+            owner: u64::from(id) * 10,
+        };
+        node.requests.insert(
+            info.pid,
+            Pending {
+                info,
+                replies: 0,
+                rv: None,
+            },
+        );
+        node.fifo.push_back(info.pid);
+        let mut a = Vec::new();
+        node.core.request(self.clock * 1000, &info, &mut a);
+        a.extend(node.core.flush());
+        Self::perform(node, a, self.seed);
+        info.pid
+    }
+}
+
 fn run(seed: u64) -> (NativeStats, u64) {
     let mut rng = Rng::new(seed);
     let n = 3 + u32::try_from(rng.next(3)).expect("small");
-    let mut sim = Sim {
-        bus: SimBus::new(seed),
-        nodes: BTreeMap::new(),
-        configured: n,
-        serial: 0,
-        seed,
-        clock: 1,
-        fence: FenceFacts::default(),
-        // native everywhere; or a C-compatible node from the start (its crash, if it is
-        // the victim, turns native mode on), or as the late joiner (it turns it off)
-        plain: match seed % 4 {
-            2 => BTreeSet::from([1]),
-            3 => BTreeSet::from([n]),
-            _ => BTreeSet::new(),
-        },
-        turns: 0,
-        // every third seed: no periodic sync of local decisions (plock_native_sync_ms=0)
-        sync_every: (seed % 3 != 1).then_some(3),
-        // every fifth seed: deadlock detection on every node (cycles across nodes are
-        // refused on every replica alike, through crashes, joins and the partition)
-        deadlock: seed % 5 == 4,
-        stats: NativeStats::default(),
+    // native everywhere; or a C-compatible node from the start (its crash, if it is the
+    // victim, turns native mode on), or as the late joiner (it turns it off)
+    let plain = match seed % 4 {
+        2 => BTreeSet::from([1]),
+        3 => BTreeSet::from([n]),
+        _ => BTreeSet::new(),
     };
+    let mut sim = Sim::new(seed, n, plain);
+    // every third seed: no periodic sync of local decisions (plock_native_sync_ms=0)
+    sim.sync_every = (seed % 3 != 1).then_some(3);
+    // every fifth seed: deadlock detection on every node (cycles across nodes are refused
+    // on every replica alike, through crashes, joins and the partition)
+    sim.deadlock = seed % 5 == 4;
     // all but the last node join first; the last joins during the storm
     for id in 1..n {
         sim.join(id);
@@ -1072,6 +1128,77 @@ fn transfer_failure(seed: u64) {
 /// CLOSE's turn; the model applied them in reply order, the daemon rightly in request order).
 /// 30780: the model's too: an owner cut off by a partition decided a request for its own
 /// resource before its confchg told it (as a real daemon may), which the model forbade.
+/// A claim released by its owner's START after the claimer's own START (docs/native-mode.md
+/// "Membership changes"), every step ordered by hand (the bus orders at random among the
+/// senders with messages pending; here one sender has them at each step). Nodes 1 and 2
+/// are ours; node 2 claims inode 0 (and holds nothing there); node 1, not yet aware, asks
+/// for it with a claim, which waits in node 2's recall; node 3 joins; node 1's START is
+/// ordered before node 2's RELEASE and START, which then release node 1's claim while the
+/// change starts. That claim grants nothing: after the change nobody owns anything, on
+/// the old members as on the joiner, which has no owners (granted there, it made nodes 1
+/// and 2 see node 1 own inode 0 where node 3 saw no owner: node 3 would apply its
+/// requests for it at once, the others after node 1's recall). Then node 1 asks again:
+/// beside one of ours its claim is granted on every node, beside a C joiner nowhere.
+fn claim_across_a_join(joiner_is_c: bool) -> Sim {
+    let plain = if joiner_is_c {
+        BTreeSet::from([3])
+    } else {
+        BTreeSet::new()
+    };
+    let mut sim = Sim::new(1, 3, plain);
+    for id in 1..=2 {
+        sim.join(id);
+        sim.settle();
+    }
+    // an unlock of nothing claims the resource and leaves it holding nothing of node 2's
+    let theirs = sim.ask_now(2, PlockOp::UNLOCK, 0, 5);
+    assert!(sim.bus.step());
+    sim.node_turn(2);
+    assert_eq!(sim.nodes[&2].core.owner_of(0), Some(2), "node 2 claimed it");
+    let ours = sim.ask_now(1, PlockOp::LOCK, 0, 6);
+    assert!(sim.bus.step());
+    sim.join(3);
+    // node 1 applies node 2's claim and its own request (waiting in the recall), then the
+    // confchg: its START alone is pending, and is ordered first
+    sim.node_turn(1);
+    assert!(sim.bus.step());
+    sim.settle();
+    sim.check_quiet();
+    for (id, pid) in [(2, theirs), (1, ours)] {
+        assert_eq!(
+            sim.nodes[&id].requests[&pid].rv,
+            Some(0),
+            "node {id}'s request"
+        );
+    }
+    for n in sim.nodes.values() {
+        assert_eq!(
+            n.core.owner_of(0),
+            None,
+            "node {}: owned after the change",
+            n.id
+        );
+        assert_eq!(n.core.is_native(), !joiner_is_c, "node {}", n.id);
+    }
+    // a second later node 2's use of it is forgotten: node 1 claims it again
+    sim.clock += 2;
+    let again = sim.ask_now(1, PlockOp::UNLOCK, 0, 7);
+    sim.settle();
+    sim.check_quiet();
+    assert_eq!(sim.nodes[&1].requests[&again].rv, Some(0));
+    sim
+}
+
+#[test]
+fn a_claim_released_while_a_change_starts_grants_nothing() {
+    for n in claim_across_a_join(false).nodes.values() {
+        assert_eq!(n.core.owner_of(0), Some(1), "node {}: claimed again", n.id);
+    }
+    for n in claim_across_a_join(true).nodes.values() {
+        assert_eq!(n.core.owner_of(0), None, "node {}: beside a C member", n.id);
+    }
+}
+
 #[test]
 fn seeds_that_once_failed() {
     for seed in [2272, 2768, 30780, 86787] {
