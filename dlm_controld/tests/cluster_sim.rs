@@ -641,6 +641,18 @@ impl Sim {
         let seed = self.seed;
         let live: Vec<&Node> = self.nodes.values().filter(|n| n.group.is_some()).collect();
         let Some(first) = live.first() else { return };
+        // ownership is replicated: every member, a joiner too, names the same owners
+        for n in &live {
+            for number in 0..INODES {
+                assert_eq!(
+                    n.core.owner_of(number),
+                    first.core.owner_of(number),
+                    "seed {seed}: nodes {} and {} disagree on who owns inode {number}",
+                    n.id,
+                    first.id
+                );
+            }
+        }
         for n in &live {
             assert!(
                 !n.core.kernel_stopped(),
