@@ -463,58 +463,48 @@ impl Sim {
             c.0 &= !m;
             c.1 &= !m;
         }
-        node.requests.insert(
-            info.pid,
-            Pending {
-                info,
-                replies: 0,
-                rv: None,
-            },
-        );
-        if !info.wait {
-            // a CLOSE is never answered: it takes effect in its place among this node's
-            // non-blocking requests, which is where the model applies it
-            node.fifo.push_back(info.pid);
-        }
-        let mut a = Vec::new();
-        node.core.request(self.clock * 1000, &info, &mut a);
+        let a = submit(node, info, self.clock * 1000);
         Self::perform(node, a, self.seed);
     }
 
     /// An UNLOCK of a byte nobody uses, by an owner that holds nothing, on `number` from
     /// node `id`: it changes no lock but runs the resource's waiter pass everywhere.
     fn poke(&mut self, id: u32, number: u64) {
-        let Some(node) = self.nodes.get_mut(&id) else {
+        if !self.nodes.contains_key(&id) {
             return;
-        };
+        }
+        let info = self.non_blocking(id, PlockOp::UNLOCK, number, BYTES + 10, 9);
+        let node = self.nodes.get_mut(&id).expect("node");
+        let a = submit(node, info, self.clock * 1000);
+        Self::perform(node, a, self.seed);
+    }
+
+    /// A new non-blocking request of process `id``proc` on node `id` (a write lock or an
+    /// unlock) for byte `byte` of `number`.
+    fn non_blocking(
+        &mut self,
+        id: u32,
+        op: PlockOp,
+        number: u64,
+        byte: u64,
+        proc: u64,
+    ) -> PlockInfo {
         self.serial += 1;
-        let info = PlockInfo {
+        PlockInfo {
             version: PLOCK_VERSION,
-            op: PlockOp::UNLOCK,
-            ex: false,
+            op,
+            ex: op == PlockOp::LOCK,
             wait: false,
             flags: PlockFlags(0),
             pid: self.serial,
             nodeid: i32::try_from(id).expect("small"),
             rv: 0,
-            fsid: node.core.global_id(),
+            fsid: self.nodes[&id].core.global_id(),
             number,
-            start: BYTES + 10,
-            end: BYTES + 10,
-            owner: u64::from(id) * 10 + 9,
-        };
-        node.requests.insert(
-            info.pid,
-            Pending {
-                info,
-                replies: 0,
-                rv: None,
-            },
-        );
-        node.fifo.push_back(info.pid);
-        let mut a = Vec::new();
-        node.core.request(self.clock * 1000, &info, &mut a);
-        Self::perform(node, a, self.seed);
+            start: byte,
+            end: byte,
+            owner: u64::from(id) * 10 + proc,
+        }
     }
 
     /// Every waiter left must still conflict with a granted lock of another owner: one
@@ -809,6 +799,26 @@ fn touched_after(requests: &BTreeMap<u32, Pending>, serial: u32, key: (u64, u64)
         .fold(0, |a, p| a | mask(p.info.start, p.info.end))
 }
 
+/// Node `node`'s kernel hands it `info`: the model remembers it, the core takes it.
+fn submit(node: &mut Node, info: PlockInfo, now_ms: u64) -> Vec<Action> {
+    node.requests.insert(
+        info.pid,
+        Pending {
+            info,
+            replies: 0,
+            rv: None,
+        },
+    );
+    if !info.wait {
+        // a CLOSE is never answered: it takes effect in its place among this node's
+        // non-blocking requests, which is where the model applies it
+        node.fifo.push_back(info.pid);
+    }
+    let mut a = Vec::new();
+    node.core.request(now_ms, &info, &mut a);
+    a
+}
+
 /// CLOSE `serial` takes effect in the model: the owner's bytes on that file are gone, but
 /// for what its later requests already answered did since: a blocking grant may overtake an
 /// older non-blocking reply, and so reach the model before the CLOSE is drained.
@@ -940,34 +950,9 @@ impl Sim {
     /// Node `id`'s process `id`0 asks to lock (write) or unlock byte `byte` of `number`,
     /// without waiting; the request goes to the bus at once (not yet ordered). Its serial.
     fn ask_now(&mut self, id: u32, op: PlockOp, number: u64, byte: u64) -> u32 {
-        self.serial += 1;
+        let info = self.non_blocking(id, op, number, byte, 0);
         let node = self.nodes.get_mut(&id).expect("joined");
-        let info = PlockInfo {
-            version: PLOCK_VERSION,
-            op,
-            ex: true,
-            wait: false,
-            flags: PlockFlags(0),
-            pid: self.serial,
-            nodeid: i32::try_from(id).expect("small"),
-            rv: 0,
-            fsid: node.core.global_id(),
-            number,
-            start: byte,
-            end: byte,
-            owner: u64::from(id) * 10,
-        };
-        node.requests.insert(
-            info.pid,
-            Pending {
-                info,
-                replies: 0,
-                rv: None,
-            },
-        );
-        node.fifo.push_back(info.pid);
-        let mut a = Vec::new();
-        node.core.request(self.clock * 1000, &info, &mut a);
+        let mut a = submit(node, info, self.clock * 1000);
         a.extend(node.core.flush());
         Self::perform(node, a, self.seed);
         info.pid
