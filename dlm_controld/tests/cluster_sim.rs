@@ -358,7 +358,7 @@ impl Sim {
     /// Node `id` handles the events it has, then ends its turn as the shell does; whether
     /// anything moved.
     fn node_turn(&mut self, id: u32) -> bool {
-        let fence = self.fence.clone();
+        let fence = &self.fence;
         let clock = self.clock;
         let side = self.nodes[&id].side;
         let quorate = self.quorate(side);
@@ -376,12 +376,12 @@ impl Sim {
         }
         for ev in events {
             moved = true;
-            let env = Self::env(&fence, clock, quorate, 0);
+            let env = Self::env(fence, clock, quorate, 0);
             let a = node.core.event(&env, ev);
             Self::perform(node, a, seed);
             check_table(node, seed);
         }
-        let env = Self::env(&fence, clock, quorate, 0);
+        let env = Self::env(fence, clock, quorate, 0);
         let a = node.core.poll(&env);
         if !a.is_empty() {
             moved = true;
@@ -403,7 +403,7 @@ impl Sim {
         // a transfer goes out a few messages per turn, interleaved with the rest
         if node.core.sending() {
             moved = true;
-            let env = Self::env(&fence, clock, quorate, 0);
+            let env = Self::env(fence, clock, quorate, 0);
             let a = node.core.pump(&env, 2);
             Self::perform(node, a, seed);
         }
@@ -479,8 +479,8 @@ impl Sim {
         Self::perform(node, a, self.seed);
     }
 
-    /// A new non-blocking request of process `id``proc` on node `id` (a write lock or an
-    /// unlock) for byte `byte` of `number`.
+    /// A new non-blocking request of node `id`'s process `10 * id + proc` (a write lock or
+    /// an unlock) for byte `byte` of `number`.
     fn non_blocking(
         &mut self,
         id: u32,

@@ -27,7 +27,8 @@ impl Rng {
 }
 
 /// The seeds a simulation runs: `DLM_SIM_SEED` alone, else `DLM_SIM_RUNS` of them (default
-/// `runs`) from `DLM_SIM_FROM` (default 1). Panics on a `DLM_SIM_SEED` that is not a number (a test's input error).
+/// `runs`) from `DLM_SIM_FROM` (default 1). Panics on a `DLM_SIM_SEED` that is not a
+/// number (a test's input error).
 pub fn seeds(runs: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("DLM_SIM_SEED") {
         return vec![s.parse().expect("DLM_SIM_SEED is a number")];
