@@ -309,3 +309,21 @@ fn a_blocked_log_sink_stalls_no_plock_request() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The plock device breaking (the fake kernel's socket closed, so every read brings empty
+/// records) ends the daemon with an error; it does not spin on the empty reads (which held
+/// its one thread, so nothing else ended it).
+#[test]
+fn the_device_going_away_ends_the_daemon() {
+    let (dir, k, _ns, mut d, fsid) = start("plgone", &[]);
+    let a = req(PlockOp::LOCK, 1, true, false, 0, 9, fsid);
+    k.send_plock(&a).expect("send");
+    assert_eq!(reply(&k).rv, 0);
+    assert!(k.close_plock());
+    let status = d
+        .wait_exit(T)
+        .expect("the daemon did not end after its plock device closed");
+    assert!(!status.success(), "a lost device is an error: {status:?}");
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -351,6 +351,18 @@ impl FakeKernel {
             .and_then(|b| PlockInfo::decode(&b).ok())
     }
 
+    /// The plock device breaks: its connection is closed (each read of the daemon's then
+    /// brings empty records), the other devices stay. Whether there was one.
+    pub fn close_plock(&self) -> bool {
+        let conn = self
+            .shared
+            .conns
+            .lock()
+            .ok()
+            .and_then(|mut c| c.remove("plock"));
+        conn.is_some()
+    }
+
     /// Whether a daemon holds the monitor device open ("daemon available").
     pub fn monitor_open(&self) -> bool {
         self.shared.monitor_open.load(Ordering::SeqCst)

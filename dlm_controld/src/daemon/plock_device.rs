@@ -34,6 +34,8 @@ pub(crate) async fn reader(
         Err(e) => return DaemonError::Io("plock device registration", e.into()),
     };
     let mut gate = DeviceGate::new();
+    // one batch for the reader's life: a read does not clear 2 KiB first
+    let mut batch = Records::default();
     loop {
         if !gate.open() {
             gate.closed().await;
@@ -45,7 +47,13 @@ pub(crate) async fn reader(
             Err(e) => return DaemonError::Io("plock device", e),
         };
         let limit = limit.load(Ordering::Relaxed);
-        if let Err(e) = read_plocks(&mut guard, &mut gate, limit, our, &fsids, &registry) {
+        let ctx = ReadCtx {
+            limit,
+            our,
+            fsids: &fsids,
+            registry: &registry,
+        };
+        if let Err(e) = read_plocks(&mut guard, &mut gate, &mut batch, &ctx) {
             return e;
         }
     }
@@ -132,35 +140,42 @@ impl DeviceGate {
     }
 }
 
+/// What the reader hands each read: the rate limit, our node id, where requests go.
+struct ReadCtx<'a> {
+    limit: i64,
+    our: u32,
+    fsids: &'a Fsids,
+    registry: &'a query::Registry,
+}
+
 /// Every request queued on the device, per wakeup (C reads one per poll), up to
 /// [`READ_AT_ONCE`] per system call, while the gate lets; readiness is kept for after a
 /// pause. A read that brings fewer records than it had room for emptied the device.
 fn read_plocks(
     guard: &mut tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>,
     gate: &mut DeviceGate,
-    limit: i64,
-    our: u32,
-    fsids: &Fsids,
-    registry: &query::Registry,
+    batch: &mut Records,
+    ctx: &ReadCtx<'_>,
 ) -> Result<(), DaemonError> {
-    let mut batch = Records::default();
+    let eof = || DaemonError::Io("plock device", io::ErrorKind::UnexpectedEof.into());
     loop {
         // one clock read per read: the gate and the plock log's lines
         let now_ms = crate::clock::monotonic_ms();
-        let room = gate.admit(limit, now_ms);
+        let room = gate.admit(ctx.limit, now_ms);
         if room == 0 {
             return Ok(());
         }
         batch.limit(room);
         let dev = &guard.get_inner().0;
-        match dev.try_read_records(&mut batch) {
-            Ok(0) => {
-                let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
-                return Err(DaemonError::Io("plock device", eof));
-            }
+        match dev.try_read_records(batch) {
+            Ok(0) => return Err(eof()),
             Ok(n) => {
                 gate.unused(room - n);
-                plock_requests(&batch, now_ms, our, fsids, registry, dev);
+                plock_requests(batch, now_ms, ctx, dev);
+                // the fake kernel gone: every read from now on brings empty records
+                if batch.iter().any(<[u8]>::is_empty) {
+                    return Err(eof());
+                }
                 if n < room {
                     guard.clear_ready();
                     return Ok(());
@@ -178,16 +193,10 @@ fn read_plocks(
 
 /// The records of one read (`process_plocks`), each to its lockspace's task or answered
 /// at once. A zero-length record is the fake kernel going away: the ones before it are
-/// handled, and the next read says so.
-fn plock_requests(
-    batch: &Records,
-    now_ms: u64,
-    our: u32,
-    fsids: &Fsids,
-    registry: &query::Registry,
-    device: &MiscDevice,
-) {
-    let (Ok(lockspaces), Ok(fsids)) = (registry.lock(), fsids.read()) else {
+/// handled, and the reader ends.
+fn plock_requests(batch: &Records, now_ms: u64, ctx: &ReadCtx<'_>, device: &MiscDevice) {
+    let our = ctx.our;
+    let (Ok(lockspaces), Ok(fsids)) = (ctx.registry.lock(), ctx.fsids.read()) else {
         return;
     };
     // one read, one time read for the latency of all it brought

@@ -2,6 +2,7 @@
 //! them per system call) and the uevent source, and what a failed uevent read means.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use dlm_proto::kernel::PLOCK_INFO_SIZE;
@@ -73,77 +74,71 @@ fn recv_many(
     bufs: &mut [[u8; RECORD_ROOM]],
     lens: &mut [usize],
 ) -> io::Result<usize> {
-    let mut iovs = [EMPTY_IOVEC; READ_AT_ONCE];
-    let n = fill(
-        &mut iovs,
-        bufs.iter_mut().map(|b| (b.as_mut_ptr(), RECORD_ROOM)),
-    );
-    let mut hdrs = one_iovec_each(&mut iovs, n);
-    let vlen = libc::c_uint::try_from(n.min(lens.len())).unwrap_or(0);
-    // SAFETY: the first `vlen` headers each point at one iovec of a buffer of RECORD_ROOM
-    // bytes that `bufs` lends mutably for this call; iovs and hdrs outlive it.
+    let mut iovs = [MaybeUninit::<libc::iovec>::uninit(); READ_AT_ONCE];
+    let mut hdrs = [MaybeUninit::<libc::mmsghdr>::uninit(); READ_AT_ONCE];
+    let bufs = bufs.iter_mut().map(|b| (b.as_mut_ptr(), RECORD_ROOM));
+    let n = headers(&mut iovs, &mut hdrs, bufs.take(lens.len()));
+    let vlen = libc::c_uint::try_from(n).unwrap_or(0);
+    // SAFETY: the first `vlen` headers are initialized, each pointing at one iovec of a
+    // buffer of RECORD_ROOM bytes that `bufs` lends mutably for this call; iovs and hdrs
+    // outlive it.
     let r = unsafe {
         libc::recvmmsg(
             fd,
-            hdrs.as_mut_ptr(),
+            hdrs.as_mut_ptr().cast(),
             vlen,
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
         )
     };
     let got = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
-    for (len, h) in lens.iter_mut().zip(&hdrs).take(got) {
-        *len = h.msg_len as usize;
+    for (len, h) in lens.iter_mut().zip(&hdrs[..n]).take(got) {
+        // SAFETY: one of the first n headers, initialized by `headers`.
+        *len = unsafe { h.assume_init_ref() }.msg_len as usize;
     }
     Ok(got)
 }
 
 /// `sendmmsg`: a datagram of each record; how many were sent.
 fn send_many(fd: std::os::fd::RawFd, records: &[Record]) -> io::Result<usize> {
-    let mut iovs = [EMPTY_IOVEC; WRITE_AT_ONCE];
+    let mut iovs = [MaybeUninit::<libc::iovec>::uninit(); WRITE_AT_ONCE];
+    let mut hdrs = [MaybeUninit::<libc::mmsghdr>::uninit(); WRITE_AT_ONCE];
     // sendmmsg only reads through these pointers
-    let n = fill(
-        &mut iovs,
-        records
-            .iter()
-            .map(|r| (r.as_ptr().cast_mut(), PLOCK_INFO_SIZE)),
-    );
-    let mut hdrs = one_iovec_each(&mut iovs, n);
+    let bufs = records
+        .iter()
+        .map(|r| (r.as_ptr().cast_mut(), PLOCK_INFO_SIZE));
+    let n = headers(&mut iovs, &mut hdrs, bufs);
     let vlen = libc::c_uint::try_from(n).unwrap_or(0);
-    // SAFETY: the first n headers each point at one iovec of a record of 64 bytes that
-    // `records` lends for this call (the kernel only reads them); iovs and hdrs outlive it.
-    let r = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), vlen, libc::MSG_NOSIGNAL) };
+    // SAFETY: the first n headers are initialized, each pointing at one iovec of a record of
+    // 64 bytes that `records` lends for this call (the kernel only reads them); iovs and hdrs
+    // outlive it.
+    let r = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr().cast(), vlen, libc::MSG_NOSIGNAL) };
     usize::try_from(r).map_err(|_| io::Error::last_os_error())
 }
 
-const EMPTY_IOVEC: libc::iovec = libc::iovec {
-    iov_base: std::ptr::null_mut(),
-    iov_len: 0,
-};
-
-/// The iovecs of as many `(buffer, length)` as fit; how many.
-fn fill(iovs: &mut [libc::iovec], bufs: impl Iterator<Item = (*mut u8, usize)>) -> usize {
+/// The first headers for `recvmmsg`/`sendmmsg`, one per `(buffer, length)` that fits, each
+/// with one iovec of its own; how many. Only those are written: a request of one record
+/// does not pay for clearing sixteen.
+fn headers(
+    iovs: &mut [MaybeUninit<libc::iovec>],
+    hdrs: &mut [MaybeUninit<libc::mmsghdr>],
+    bufs: impl Iterator<Item = (*mut u8, usize)>,
+) -> usize {
     let mut n = 0;
-    for (iov, (base, len)) in iovs.iter_mut().zip(bufs) {
-        iov.iov_base = base.cast();
-        iov.iov_len = len;
+    for ((iov, hdr), (base, len)) in iovs.iter_mut().zip(hdrs.iter_mut()).zip(bufs) {
+        let iov = iov.write(libc::iovec {
+            iov_base: base.cast(),
+            iov_len: len,
+        });
+        // SAFETY: mmsghdr is plain data for which all zeroes is valid (no name, no control
+        // data).
+        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+        hdr.write(h);
         n += 1;
     }
     n
-}
-
-/// `mmsghdr`s for `recvmmsg`/`sendmmsg`, the first `n` with one of `iovs` each.
-fn one_iovec_each<const N: usize>(iovs: &mut [libc::iovec; N], n: usize) -> [libc::mmsghdr; N] {
-    // SAFETY: mmsghdr is plain data for which all zeroes is valid (no name, no control
-    // data, no buffers yet).
-    let mut hdrs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
-    let base = iovs.as_mut_ptr();
-    for (i, h) in hdrs.iter_mut().enumerate().take(n.min(N)) {
-        // SAFETY: i < N, inside iovs.
-        h.msg_hdr.msg_iov = unsafe { base.add(i) };
-        h.msg_hdr.msg_iovlen = 1;
-    }
-    hdrs
 }
 
 /// An open misc device: one record per read() or write().
