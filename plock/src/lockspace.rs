@@ -243,6 +243,8 @@ pub struct Lockspace {
     dirty: BTreeSet<u64>,
     next_created: u32,
     scratch: Vec<Slot>,
+    /// The waiters a release found (`release`), kept between calls.
+    waiter_scratch: Vec<Slot>,
     /// Every waiter by its owner, in replicated order (nodeid, owner, number, start, end,
     /// ex: all a conflict depends on, so waiters equal up to here block alike), then its
     /// resource and slot (which differ between replicas): what an owner waits for.
@@ -280,6 +282,7 @@ impl Lockspace {
             dirty: BTreeSet::new(),
             next_created: 0,
             scratch: Vec::new(),
+            waiter_scratch: Vec::new(),
             waiting: BTreeSet::new(),
             deadlock_detect: false,
         }

@@ -239,16 +239,21 @@ impl Lockspace {
         if list.is_empty() {
             return;
         }
-        let mut found = Vec::new();
+        // the waiter scratch (the lock scratch may be out in a caller): no allocation per
+        // release
+        let mut found = std::mem::take(&mut self.waiter_scratch);
+        found.clear();
         self.waiters.overlapping(&list, start, end, &mut found);
-        if found.is_empty() {
-            return;
+        if !found.is_empty() {
+            let number = self.res(r).number;
+            let waiters = &self.waiters;
+            let f = full_of(&mut self.resources, r);
+            let wi = f.windex.get_or_insert_with(Box::default);
+            wi.candidates
+                .extend(found.iter().map(|&s| (waiters.seq(s), s)));
+            self.dirty.insert(number);
         }
-        let seqs: Vec<(u32, Slot)> = found.iter().map(|&s| (self.waiters.seq(s), s)).collect();
-        let number = self.res(r).number;
-        let wi = self.windex(r);
-        wi.candidates.extend(seqs);
-        self.dirty.insert(number);
+        self.waiter_scratch = found;
     }
 
     /// `do_waiters`: one FIFO pass granting every candidate that no longer conflicts.
