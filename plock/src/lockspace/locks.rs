@@ -55,20 +55,35 @@ impl Lockspace {
         found
     }
 
-    /// `is_conflict`: the first conflicting fragment in list order, if any.
-    pub(super) fn first_conflict(&mut self, r: u32, req: &Req) -> Option<Slot> {
+    /// `f` of the table and the fragments overlapping `req` (found in the lock scratch).
+    fn with_overlapping<T>(&mut self, r: u32, req: &Req, f: impl FnOnce(&Self, &[Slot]) -> T) -> T {
         let mut found = std::mem::take(&mut self.scratch);
         found.clear();
         let list = self.full(r).locks;
         self.locks
             .overlapping(&list, req.start, req.end, &mut found);
-        let best = found
-            .iter()
-            .copied()
-            .filter(|&s| conflicts(req, self.locks.get(s)))
-            .min_by_key(|&s| self.locks.seq(s));
+        let t = f(self, &found);
         self.scratch = found;
-        best
+        t
+    }
+
+    /// `is_conflict`: the first conflicting fragment in list order, if any.
+    pub(super) fn first_conflict(&mut self, r: u32, req: &Req) -> Option<Slot> {
+        self.with_overlapping(r, req, |ls, found| {
+            found
+                .iter()
+                .copied()
+                .filter(|&s| conflicts(req, ls.locks.get(s)))
+                .min_by_key(|&s| ls.locks.seq(s))
+        })
+    }
+
+    /// Whether any fragment conflicts with `req` (`is_conflict` where which one does not
+    /// matter: a waiter's pass).
+    pub(super) fn has_conflict(&mut self, r: u32, req: &Req) -> bool {
+        self.with_overlapping(r, req, |ls, found| {
+            found.iter().any(|&s| conflicts(req, ls.locks.get(s)))
+        })
     }
 
     /// `lock_internal`: grants `req` over its owner's existing fragments (no coalescing).
@@ -257,25 +272,30 @@ impl Lockspace {
     }
 
     /// `do_waiters`: one FIFO pass granting every candidate that no longer conflicts.
+    /// Each step takes the least candidate out of the index (one descent, no search by
+    /// key); one marked during the pass behind the pass's position waits for the next pass,
+    /// as in C's list walk, so it is put back at the end.
     pub(super) fn do_waiters(&mut self, r: u32, now: u64, out: &mut Vec<Reply>) {
-        let mut cursor: Option<u32> = None;
+        let mut behind: Vec<(u32, Slot)> = Vec::new();
+        let mut from = 0u32;
         loop {
-            let next = {
-                let Some(wi) = self.full(r).windex.as_ref() else {
-                    return;
-                };
-                // positions stop below u32::MAX, so c + 1 does not wrap
-                let from = cursor.map_or(0, |c| c + 1);
-                wi.candidates.range(from..).next().map(|(&q, &s)| (q, s))
+            let Some(wi) = full_of(&mut self.resources, r).windex.as_mut() else {
+                // no waiter left (a candidate behind the position is a waiter)
+                debug_assert!(behind.is_empty());
+                return;
             };
-            let Some((seq, s)) = next else { break };
-            cursor = Some(seq);
+            let Some((seq, s)) = wi.candidates.pop_first() else {
+                break;
+            };
+            if seq < from {
+                behind.push((seq, s));
+                continue;
+            }
+            // positions stop below u32::MAX, so seq + 1 does not wrap
+            from = seq + 1;
             let info = self.waiters.get(s).info;
             let req = Req::from(&info);
-            if self.first_conflict(r, &req).is_some() {
-                if let Some(wi) = self.full_mut(r).windex.as_mut() {
-                    wi.candidates.remove(&seq);
-                }
+            if self.has_conflict(r, &req) {
                 continue;
             }
             self.del_waiter(r, s);
@@ -290,13 +310,11 @@ impl Lockspace {
             }
         }
         let number = self.res(r).number;
-        if self
-            .full(r)
-            .windex
-            .as_ref()
-            .is_none_or(|wi| wi.candidates.is_empty())
-        {
+        if behind.is_empty() {
             self.dirty.remove(&number);
+        } else {
+            self.windex(r).candidates.extend(behind);
+            self.dirty.insert(number);
         }
     }
 

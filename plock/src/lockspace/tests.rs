@@ -372,3 +372,60 @@ fn a_replaced_resource_decides_like_its_source() {
         }
     }
 }
+
+fn lock_of(owner: u64, ex: bool, wait: bool, start: u64, end: u64) -> PlockInfo {
+    PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex,
+        wait,
+        flags: PlockFlags(0),
+        pid: 100 + owner as u32,
+        nodeid: 1,
+        rv: 0,
+        fsid: 7,
+        number: 5,
+        start,
+        end,
+        owner,
+    }
+}
+
+/// A pass meets waiter A (conflicting) before waiter B; B's grant downgrades B's own
+/// lock, which frees A behind the pass's position: as C's one walk of the list, A is not
+/// granted in that pass but at the next one (the next request on the file).
+#[test]
+fn a_waiter_freed_behind_the_pass_waits_for_the_next_pass() {
+    let mut ls = Lockspace::new(1, 7, 3);
+    let mut out = Vec::new();
+    let granted = |out: &[Reply], owner: u64| out.iter().any(|r| r.info.owner == owner);
+    for l in [
+        lock_of(1, true, false, 0, 4),
+        lock_of(1, true, false, 6, 9),
+        lock_of(3, true, false, 5, 5),
+    ] {
+        ls.apply(1, 1, &l, &mut out).expect("apply");
+    }
+    out.clear();
+    // A (owner 2) waits for B's byte, then B waits for X's (owner 1) range around it
+    ls.apply(2, 1, &lock_of(2, false, true, 5, 5), &mut out)
+        .expect("apply");
+    ls.apply(3, 1, &lock_of(3, false, true, 0, 9), &mut out)
+        .expect("apply");
+    assert!(out.is_empty(), "both wait: {out:?}");
+    assert_eq!(ls.waiter_count(), 2);
+    let unlock = PlockInfo {
+        op: PlockOp::UNLOCK,
+        wait: false,
+        ..lock_of(1, true, false, 0, 9)
+    };
+    ls.apply(4, 1, &unlock, &mut out).expect("apply");
+    assert!(granted(&out, 3), "B is granted in the pass: {out:?}");
+    assert!(!granted(&out, 2), "A is behind the pass: {out:?}");
+    assert_eq!(ls.waiter_count(), 1);
+    out.clear();
+    ls.apply(5, 1, &lock_of(4, false, false, 20, 20), &mut out)
+        .expect("apply");
+    assert!(granted(&out, 2), "A at the next pass: {out:?}");
+    assert_eq!(ls.waiter_count(), 0);
+}
