@@ -134,19 +134,9 @@ fn a_known_seed_costs_time_not_the_stack() {
         let mut other = Lockspace::new(1, 7, 12);
         let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
         let info = |op, owner: u64, start: u64, end: u64| PlockInfo {
-            version: PLOCK_VERSION,
             op,
-            ex: true,
-            wait: false,
-            flags: PlockFlags(0),
             pid: owner as u32,
-            nodeid: 1,
-            rv: 0,
-            fsid: 7,
-            number: 5,
-            start,
-            end,
-            owner,
+            ..lock_of(owner, true, false, start, end)
         };
         let both = |a: &mut Lockspace,
                     b: &mut Lockspace,
@@ -373,6 +363,7 @@ fn a_replaced_resource_decides_like_its_source() {
     }
 }
 
+/// A LOCK of `owner` on inode 5 from node 1.
 fn lock_of(owner: u64, ex: bool, wait: bool, start: u64, end: u64) -> PlockInfo {
     PlockInfo {
         version: PLOCK_VERSION,
