@@ -200,6 +200,11 @@ impl<T> Arena<T> {
             .expect("slot handed out by this arena is live")
     }
 
+    /// The value in `s`, if the slot is live.
+    pub(crate) fn try_get(&self, s: Slot) -> Option<&T> {
+        self.nodes.get(s as usize)?.value.as_ref()
+    }
+
     pub(crate) fn get_mut(&mut self, s: Slot) -> &mut T {
         self.node_mut(s)
             .value
@@ -210,6 +215,11 @@ impl<T> Arena<T> {
     pub(crate) fn range(&self, s: Slot) -> (u64, u64) {
         let n = self.node(s);
         (n.start, n.end)
+    }
+
+    /// The entry after `s` in its list's insertion order (NIL at the tail).
+    pub(crate) fn next(&self, s: Slot) -> Slot {
+        self.node(s).next
     }
 
     /// Position in insertion order, comparable within one list.

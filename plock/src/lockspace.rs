@@ -19,10 +19,15 @@
 //!   and every such change marks the waiters overlapping the changed range as candidates
 //!   again. Candidates are examined in FIFO order in one pass, with waiters behind the cursor
 //!   left for the next pass — so the decisions, including the single-pass anomaly, are C's.
+//!   A waiter carries its candidate flag; the resource keeps a min-heap of the candidates'
+//!   FIFO positions, except when every waiter is a candidate (processes queued on one
+//!   range, after an unlock): then the pass walks the FIFO list as C does. A candidate that
+//!   the pass's last grant blocks is passed over without a search of the locks.
 //! * purging a node visits only the resources it used: a per-node list through the slots of
 //!   its one-lock resources, and a `(nodeid, creation position)` index of the others.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
 
@@ -71,13 +76,21 @@ pub(crate) struct Waiter {
     pub(crate) info: PlockInfo,
     /// Local time (ms) it started waiting; not replicated.
     pub(crate) since: u64,
+    /// To be examined at the next pass (it has an entry in the resource's candidates).
+    pub(crate) candidate: bool,
 }
 
 /// Waiter bookkeeping that only exists while a resource has waiters.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct WaiterIndex {
-    /// Waiters to examine at the next pass, by FIFO position.
-    candidates: BTreeMap<u32, Slot>,
+    /// Waiters to examine at the next pass: a min-heap of (FIFO position, slot), one entry
+    /// per waiter whose `candidate` flag is set. An entry whose waiter was deleted stays
+    /// until a pass pops it and finds the slot no longer holds that waiter.
+    candidates: BinaryHeap<Reverse<(u32, Slot)>>,
+    /// How many waiters of the resource have their `candidate` flag set.
+    marked: u32,
+    /// Whether the resource's number is in the table's `dirty` set.
+    listed: bool,
     /// (nodeid, owner, FIFO position, slot): an owner's waiters, for UNLOCK+CLOSE.
     by_owner: BTreeSet<(i32, u64, u32, Slot)>,
 }
@@ -240,6 +253,8 @@ pub struct Lockspace {
     node_lists: BTreeMap<i32, u32>,
     /// Resources with one inline lock.
     ones: usize,
+    /// Resources with candidates left for a later pass (put back behind a pass, or
+    /// restored): a purge runs their pass.
     dirty: BTreeSet<u64>,
     next_created: u32,
     scratch: Vec<Slot>,

@@ -171,8 +171,16 @@ impl Cluster {
     }
 }
 
+/// 256 cases, or `DLM_MODEL_CASES` for a longer soak.
+fn cases() -> u32 {
+    std::env::var("DLM_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn engine_matches_c_model(

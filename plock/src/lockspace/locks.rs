@@ -176,33 +176,29 @@ impl Lockspace {
 
     // ---- waiters (of a promoted resource) -------------------------------------------
 
-    pub(super) fn windex(&mut self, r: u32) -> &mut WaiterIndex {
-        self.full_mut(r).windex.get_or_insert_with(Box::default)
-    }
-
     /// Rebuilds the waiter index of `r` after its FIFO positions were renumbered, keeping
-    /// which waiters are candidates.
+    /// which waiters are candidates (their flags).
     pub(super) fn reindex_waiters(&mut self, r: u32) {
         let list = self.full(r).waiters;
-        let was: BTreeSet<Slot> = self
-            .full(r)
-            .windex
-            .as_ref()
-            .map(|wi| wi.candidates.values().copied().collect())
-            .unwrap_or_default();
-        let mut wi = WaiterIndex::default();
+        let old = self.full_mut(r).windex.take().unwrap_or_default();
+        let mut wi = WaiterIndex {
+            marked: old.marked,
+            listed: old.listed,
+            ..WaiterIndex::default()
+        };
         for s in self.waiters.iter(&list) {
             let seq = self.waiters.seq(s);
-            let info = &self.waiters.get(s).info;
-            wi.by_owner.insert((info.nodeid, info.owner, seq, s));
-            if was.contains(&s) {
-                wi.candidates.insert(seq, s);
+            let w = self.waiters.get(s);
+            wi.by_owner.insert((w.info.nodeid, w.info.owner, seq, s));
+            if w.candidate {
+                wi.candidates.push(Reverse((seq, s)));
             }
         }
         self.full_mut(r).windex = Some(Box::new(wi));
     }
 
-    /// `add_waiter`: appended to the FIFO. It conflicts now, so it is not a candidate.
+    /// `add_waiter`: appended to the FIFO. A blocked request conflicts now, so it is not a
+    /// candidate; a restored waiter may be.
     pub(super) fn add_waiter(&mut self, r: u32, info: PlockInfo, now: u64, candidate: bool) {
         let number = self.res(r).number;
         let f = full_of(&mut self.resources, r);
@@ -211,18 +207,23 @@ impl Lockspace {
             &mut f.waiters,
             info.start,
             info.end,
-            Waiter { info, since: now },
+            Waiter {
+                info,
+                since: now,
+                candidate: false,
+            },
         );
         if renumbered {
             self.reindex_waiters(r);
         }
         let seq = self.waiters.seq(s);
         self.waiting.insert(wait_key(number, r, s, &info));
-        let wi = self.windex(r);
+        let f = full_of(&mut self.resources, r);
+        let wi = f.windex.get_or_insert_with(Box::default);
         wi.by_owner.insert((info.nodeid, info.owner, seq, s));
         if candidate {
-            wi.candidates.insert(seq, s);
-            self.dirty.insert(number);
+            mark(&mut self.waiters, wi, s);
+            sync_dirty(&mut self.dirty, wi, number);
         }
         self.count_entry(r, info.nodeid, true);
     }
@@ -235,11 +236,12 @@ impl Lockspace {
         let empty = f.waiters.is_empty();
         self.waiting.remove(&wait_key(number, r, s, &w.info));
         if let Some(wi) = f.windex.as_mut() {
-            wi.candidates.remove(&seq);
-            wi.by_owner.remove(&(w.info.nodeid, w.info.owner, seq, s));
-            if wi.candidates.is_empty() {
-                self.dirty.remove(&number);
+            // a candidate's heap entry stays, and is dropped when a pass pops it
+            if w.candidate {
+                wi.marked -= 1;
             }
+            wi.by_owner.remove(&(w.info.nodeid, w.info.owner, seq, s));
+            sync_dirty(&mut self.dirty, wi, number);
         }
         if empty {
             f.windex = None;
@@ -248,7 +250,9 @@ impl Lockspace {
         w
     }
 
-    /// Marks every waiter overlapping `[start, end]` as a candidate for the next pass.
+    /// Marks every waiter overlapping `[start, end]` as a candidate. A waiter pass of `r`
+    /// follows in the same operation (it lists the resource in `dirty` if candidates are
+    /// left).
     pub(super) fn release(&mut self, r: u32, (start, end): (u64, u64)) {
         let list = self.full(r).waiters;
         if list.is_empty() {
@@ -260,31 +264,69 @@ impl Lockspace {
         found.clear();
         self.waiters.overlapping(&list, start, end, &mut found);
         if !found.is_empty() {
-            let number = self.res(r).number;
-            let waiters = &self.waiters;
             let f = full_of(&mut self.resources, r);
             let wi = f.windex.get_or_insert_with(Box::default);
-            wi.candidates
-                .extend(found.iter().map(|&s| (waiters.seq(s), s)));
-            self.dirty.insert(number);
+            for &s in &found {
+                mark(&mut self.waiters, wi, s);
+            }
         }
         self.waiter_scratch = found;
     }
 
-    /// `do_waiters`: one FIFO pass granting every candidate that no longer conflicts.
-    /// Each step takes the least candidate out of the index (one descent, no search by
-    /// key); one marked during the pass behind the pass's position waits for the next pass,
-    /// as in C's list walk, so it is put back at the end.
+    /// `do_waiters`: one FIFO pass granting every candidate that no longer conflicts. A
+    /// candidate marked during the pass behind the pass's position waits for the next
+    /// pass, as in C's list walk.
     pub(super) fn do_waiters(&mut self, r: u32, now: u64, out: &mut Vec<Reply>) {
+        let f = self.full(r);
+        let Some(wi) = f.windex.as_ref() else {
+            return;
+        };
+        if wi.marked as usize == f.waiters.len() {
+            self.walk_waiters(r, now, out);
+        } else {
+            self.pop_waiters(r, now, out);
+        }
+        let number = self.res(r).number;
+        if let Some(wi) = full_of(&mut self.resources, r).windex.as_mut() {
+            sync_dirty(&mut self.dirty, wi, number);
+        }
+    }
+
+    /// The pass when every waiter is a candidate (a release over all of them, as when
+    /// processes queue on one range): the FIFO list is the candidates' order, so the pass
+    /// walks it, as C does, and the heap's entries go. A waiter marked again behind the
+    /// walk gets a new entry and so waits for the next pass.
+    fn walk_waiters(&mut self, r: u32, now: u64, out: &mut Vec<Reply>) {
+        let f = full_of(&mut self.resources, r);
+        let mut s = f.waiters.head();
+        if let Some(wi) = f.windex.as_mut() {
+            wi.candidates.clear();
+        }
+        let mut granted = None;
+        while s != NIL {
+            // taken first: a grant frees `s`, and nothing else leaves the list
+            let next = self.waiters.next(s);
+            if self.unmark(r, s) {
+                self.try_grant(r, s, &mut granted, now, out);
+            }
+            s = next;
+        }
+    }
+
+    /// The pass over some of the waiters: each step takes the least candidate from the
+    /// heap; one behind the pass's position is put back at the end.
+    fn pop_waiters(&mut self, r: u32, now: u64, out: &mut Vec<Reply>) {
+        let number = self.res(r).number;
         let mut behind: Vec<(u32, Slot)> = Vec::new();
         let mut from = 0u32;
+        let mut granted = None;
         loop {
             let Some(wi) = full_of(&mut self.resources, r).windex.as_mut() else {
                 // no waiter left (a candidate behind the position is a waiter)
                 debug_assert!(behind.is_empty());
                 return;
             };
-            let Some((seq, s)) = wi.candidates.pop_first() else {
+            let Some((seq, s)) = pop_candidate(&self.waiters, wi, number) else {
                 break;
             };
             if seq < from {
@@ -293,29 +335,50 @@ impl Lockspace {
             }
             // positions stop below u32::MAX, so seq + 1 does not wrap
             from = seq + 1;
-            let info = self.waiters.get(s).info;
-            let req = Req::from(&info);
-            if self.has_conflict(r, &req) {
-                continue;
-            }
-            self.del_waiter(r, s);
-            let released = self.lock_internal(r, &req, now);
-            if let Some(range) = released {
-                self.release(r, range);
-            }
-            if info.nodeid == self.our_nodeid {
-                out.push(Reply {
-                    info: PlockInfo { rv: 0, ..info },
-                });
-            }
+            self.unmark(r, s);
+            self.try_grant(r, s, &mut granted, now, out);
         }
-        let number = self.res(r).number;
-        if behind.is_empty() {
-            self.dirty.remove(&number);
-        } else {
-            self.windex(r).candidates.extend(behind);
-            self.dirty.insert(number);
+        if let Some(wi) = full_of(&mut self.resources, r).windex.as_mut() {
+            wi.candidates.extend(behind.into_iter().map(Reverse));
         }
+    }
+
+    /// Clears the candidate flag of waiter `s` of `r`; whether it was set.
+    fn unmark(&mut self, r: u32, s: Slot) -> bool {
+        let w = self.waiters.get_mut(s);
+        let was = std::mem::replace(&mut w.candidate, false);
+        if was && let Some(wi) = full_of(&mut self.resources, r).windex.as_mut() {
+            wi.marked -= 1;
+        }
+        was
+    }
+
+    /// Grants waiter `s` unless a lock conflicts with it. `granted` is the pass's last
+    /// grant: its owner holds that whole range in that mode until the next grant (only
+    /// grants change locks during a pass), so a waiter it blocks needs no search.
+    fn try_grant(
+        &mut self,
+        r: u32,
+        s: Slot,
+        granted: &mut Option<Req>,
+        now: u64,
+        out: &mut Vec<Reply>,
+    ) {
+        let info = self.waiters.get(s).info;
+        let req = Req::from(&info);
+        if granted.is_some_and(|g| blocks(&g, &req)) || self.has_conflict(r, &req) {
+            return;
+        }
+        self.del_waiter(r, s);
+        if let Some(range) = self.lock_internal(r, &req, now) {
+            self.release(r, range);
+        }
+        if info.nodeid == self.our_nodeid {
+            out.push(Reply {
+                info: PlockInfo { rv: 0, ..info },
+            });
+        }
+        *granted = Some(req);
     }
 
     /// `clear_waiters`: drops every waiter of the owner on the resource, without replies.
@@ -332,4 +395,54 @@ impl Lockspace {
             self.del_waiter(r, s);
         }
     }
+}
+
+/// Makes waiter `s` a candidate of the next pass, once.
+fn mark(waiters: &mut Arena<Waiter>, wi: &mut WaiterIndex, s: Slot) {
+    let seq = waiters.seq(s);
+    let w = waiters.get_mut(s);
+    if !w.candidate {
+        w.candidate = true;
+        wi.candidates.push(Reverse((seq, s)));
+        wi.marked += 1;
+    }
+}
+
+/// The least candidate of resource `number` still waiting, taken off the heap (entries of
+/// deleted waiters are dropped on the way; the waiter keeps its flag).
+fn pop_candidate(
+    waiters: &Arena<Waiter>,
+    wi: &mut WaiterIndex,
+    number: u64,
+) -> Option<(u32, Slot)> {
+    while let Some(Reverse((seq, s))) = wi.candidates.pop() {
+        let live = waiters
+            .try_get(s)
+            .is_some_and(|w| w.candidate && w.info.number == number);
+        if live && waiters.seq(s) == seq {
+            return Some((seq, s));
+        }
+    }
+    None
+}
+
+/// Lists resource `number` in `dirty` exactly while it has candidates.
+fn sync_dirty(dirty: &mut BTreeSet<u64>, wi: &mut WaiterIndex, number: u64) {
+    let want = wi.marked > 0;
+    if want != wi.listed {
+        wi.listed = want;
+        if want {
+            dirty.insert(number);
+        } else {
+            dirty.remove(&number);
+        }
+    }
+}
+
+/// Whether `req` overlaps and conflicts with `g`, a range its owner holds in its mode.
+fn blocks(g: &Req, req: &Req) -> bool {
+    g.start <= req.end
+        && req.start <= g.end
+        && !(g.nodeid == req.nodeid && g.owner == req.owner)
+        && (g.ex || req.ex)
 }

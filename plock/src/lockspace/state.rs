@@ -63,11 +63,7 @@ impl Lockspace {
         };
         for s in self.waiters.iter(&f.waiters) {
             let w = &self.waiters.get(s).info;
-            let seq = self.waiters.seq(s);
-            let candidate = f
-                .windex
-                .as_ref()
-                .is_some_and(|wi| wi.candidates.contains_key(&seq));
+            let candidate = self.waiters.get(s).candidate;
             out.push(Held {
                 data: PlockData {
                     start: w.start,

@@ -384,27 +384,50 @@ fn lock_of(owner: u64, ex: bool, wait: bool, start: u64, end: u64) -> PlockInfo 
 
 /// A pass meets waiter A (conflicting) before waiter B; B's grant downgrades B's own
 /// lock, which frees A behind the pass's position: as C's one walk of the list, A is not
-/// granted in that pass but at the next one (the next request on the file).
+/// granted in that pass but at the next one (the next request on the file). Both ways a
+/// pass runs: walking every waiter (all are candidates) and, with a bystander the release
+/// does not reach, taking candidates from the heap.
 #[test]
 fn a_waiter_freed_behind_the_pass_waits_for_the_next_pass() {
+    for bystander in [false, true] {
+        for cancel in [false, true] {
+            freed_behind_the_pass(bystander, cancel);
+        }
+    }
+}
+
+/// The scenario above; `bystander` adds a waiter the unlock does not reach, `cancel`
+/// cancels A while it is a candidate left for the next pass (its slot then goes to a new
+/// waiter, which must not be taken for A).
+fn freed_behind_the_pass(bystander: bool, cancel: bool) {
     let mut ls = Lockspace::new(1, 7, 3);
     let mut out = Vec::new();
-    let granted = |out: &[Reply], owner: u64| out.iter().any(|r| r.info.owner == owner);
+    let granted = |out: &[Reply], owner: u64| {
+        out.iter()
+            .any(|r| r.info.owner == owner && r.info.op == PlockOp::LOCK && r.info.rv == 0)
+    };
     for l in [
         lock_of(1, true, false, 0, 4),
         lock_of(1, true, false, 6, 9),
         lock_of(3, true, false, 5, 5),
+        lock_of(6, true, false, 50, 50),
     ] {
         ls.apply(1, 1, &l, &mut out).expect("apply");
     }
     out.clear();
+    if bystander {
+        // owner 5 waits on owner 6's byte, which the unlock below does not touch
+        ls.apply(2, 1, &lock_of(5, true, true, 50, 50), &mut out)
+            .expect("apply");
+    }
     // A (owner 2) waits for B's byte, then B waits for X's (owner 1) range around it
     ls.apply(2, 1, &lock_of(2, false, true, 5, 5), &mut out)
         .expect("apply");
     ls.apply(3, 1, &lock_of(3, false, true, 0, 9), &mut out)
         .expect("apply");
-    assert!(out.is_empty(), "both wait: {out:?}");
-    assert_eq!(ls.waiter_count(), 2);
+    assert!(out.is_empty(), "all wait: {out:?}");
+    let others = usize::from(bystander);
+    assert_eq!(ls.waiter_count(), 2 + others);
     let unlock = PlockInfo {
         op: PlockOp::UNLOCK,
         wait: false,
@@ -413,10 +436,34 @@ fn a_waiter_freed_behind_the_pass_waits_for_the_next_pass() {
     ls.apply(4, 1, &unlock, &mut out).expect("apply");
     assert!(granted(&out, 3), "B is granted in the pass: {out:?}");
     assert!(!granted(&out, 2), "A is behind the pass: {out:?}");
-    assert_eq!(ls.waiter_count(), 1);
+    assert_eq!(ls.waiter_count(), 1 + others);
+    let mut state = Vec::new();
+    ls.resource_state(5, &mut state);
+    let candidates = state.iter().filter(|h| h.candidate).count();
+    assert_eq!(candidates, 1, "A is left a candidate: {state:?}");
     out.clear();
-    ls.apply(5, 1, &lock_of(4, false, false, 20, 20), &mut out)
+    if cancel {
+        let a = PlockInfo {
+            op: PlockOp::CANCEL,
+            ..lock_of(2, false, true, 5, 5)
+        };
+        ls.apply(5, 1, &a, &mut out).expect("apply");
+        assert_eq!(out.len(), 1, "the cancel's answer: {out:?}");
+        assert_eq!(out[0].info.rv, 0, "A was waiting: {out:?}");
+        // owner 7 waits on B's shared range, in the slot A had
+        ls.apply(5, 1, &lock_of(7, true, true, 5, 5), &mut out)
+            .expect("apply");
+        ls.resource_state(5, &mut state);
+        assert!(
+            state.iter().all(|h| !h.candidate),
+            "no candidate: {state:?}"
+        );
+        out.clear();
+    }
+    ls.apply(6, 1, &lock_of(4, false, false, 20, 20), &mut out)
         .expect("apply");
-    assert!(granted(&out, 2), "A at the next pass: {out:?}");
-    assert_eq!(ls.waiter_count(), 0);
+    assert_eq!(granted(&out, 2), !cancel, "A at the next pass: {out:?}");
+    assert!(!granted(&out, 5), "the bystander still waits: {out:?}");
+    assert!(!granted(&out, 7), "owner 7 waits for B: {out:?}");
+    assert_eq!(ls.waiter_count(), others + usize::from(cancel));
 }
