@@ -278,7 +278,7 @@ impl LsCore {
             left: false,
             owners: Owners::default(),
             order: ReplyOrder::default(),
-            local: Local::default(),
+            local: Local::new(seed ^ 3),
             writer: NativeWriter::new(DlmHeader {
                 global_id: gid,
                 ..DlmHeader::new(DAEMON_PROTOCOL, MsgType::NATIVE, our)

@@ -3,8 +3,9 @@
 //! the same at each point of the total order), and this node's own records for local
 //! decisions (our requests still in CPG, the kernel's reply order, resources seen shared).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
+use dlm_plock::KeyedNumbers;
 use dlm_proto::kernel::PlockInfo;
 
 /// Resources one node may own; a claim beyond is refused (memory a local user's requests
@@ -312,22 +313,35 @@ impl ReplyOrder {
     }
 }
 
-/// This node's records for local decisions.
-#[derive(Debug, Default)]
+/// This node's records for local decisions. Its maps are keyed by inode numbers a local
+/// user chooses, so they hash with a per-process key.
+#[derive(Debug)]
 pub struct Local {
     /// Our requests sent through CPG and not yet applied, per resource.
-    in_cpg: HashMap<u64, u32>,
+    in_cpg: HashMap<u64, u32, KeyedNumbers>,
     /// Their sum.
     in_cpg_total: usize,
     /// Resources another node used lately, with when (ms).
-    shared: HashMap<u64, u64>,
+    shared: HashMap<u64, u64, KeyedNumbers>,
     /// Owned resources our local decisions changed since their last STATE.
     pub dirty: std::collections::BTreeSet<u64>,
     /// Owned resources we gave back (RELEASE sent, not yet delivered).
-    pub releasing: std::collections::HashSet<u64>,
+    pub releasing: HashSet<u64, KeyedNumbers>,
 }
 
 impl Local {
+    /// Empty records whose maps hash under `key`.
+    pub fn new(key: u64) -> Self {
+        let h = KeyedNumbers::new(key);
+        Self {
+            in_cpg: HashMap::with_hasher(h),
+            in_cpg_total: 0,
+            shared: HashMap::with_hasher(h),
+            dirty: std::collections::BTreeSet::new(),
+            releasing: HashSet::with_hasher(h),
+        }
+    }
+
     /// One of ours for `number` went to CPG.
     pub fn sent(&mut self, number: u64) {
         *self.in_cpg.entry(number).or_default() += 1;
@@ -491,7 +505,7 @@ mod tests {
 
     #[test]
     fn shared_resources_are_forgotten_after_a_while_and_bounded() {
-        let mut l = Local::default();
+        let mut l = Local::new(5);
         l.saw_shared(1, 100);
         assert!(l.shared(1, 100 + SHARED_MS - 1));
         assert!(!l.shared(1, 100 + SHARED_MS));

@@ -46,6 +46,7 @@
 mod arena;
 mod dump;
 mod effects;
+mod keyed;
 mod lockspace;
 mod range;
 mod snapshot;
@@ -53,6 +54,7 @@ pub mod waits;
 
 pub use dump::DumpEntry;
 pub use effects::{ApplyError, Reply, RestoreError};
+pub use keyed::{KeyedNumbers, NumberHasher};
 pub use lockspace::Lockspace;
 pub use lockspace::state::Held;
 pub use snapshot::{Chunk, Snapshot, SnapshotCursor};

@@ -3,14 +3,10 @@
 //! the per-node lists and index that purges use.
 
 use super::*;
-
-/// The slot table's hash of an inode number: a bijective mixer keyed by the table's seed, so
-/// a user who picks which inodes to lock cannot pick colliding ones. The table is only
-/// probed, never iterated, so its layout (which differs between seeds) cannot make replicas
-/// differ.
-fn hash_number(key: u64, number: u64) -> u64 {
-    mix64(number ^ key)
-}
+// The slot table's hash: keyed by the table's seed, so a user who picks which inodes to lock
+// cannot pick colliding ones. The table is only probed, never iterated, so its layout (which
+// differs between seeds) cannot make replicas differ.
+use crate::keyed::hash_number;
 
 /// The `Full` of a slot, with the slot table borrowed alone (so the arenas stay free).
 pub(super) fn full_of(resources: &mut [Option<Resource>], r: u32) -> &mut Full {
