@@ -21,7 +21,8 @@
 //!   left for the next pass — so the decisions, including the single-pass anomaly, are C's.
 //!   A waiter carries its candidate flag; the resource keeps a min-heap of the candidates'
 //!   FIFO positions, except when every waiter is a candidate (processes queued on one
-//!   range, after an unlock): then the pass walks the FIFO list as C does. A candidate that
+//!   range, after an unlock): then no entry is made and the pass walks the FIFO list as C
+//!   does. A candidate that
 //!   the pass's last grant blocks is passed over without a search of the locks.
 //! * purging a node visits only the resources it used: a per-node list through the slots of
 //!   its one-lock resources, and a `(nodeid, creation position)` index of the others.
@@ -91,6 +92,9 @@ pub(crate) struct WaiterIndex {
     marked: u32,
     /// Whether the resource's number is in the table's `dirty` set.
     listed: bool,
+    /// Some candidates have no heap entry (a release reached every waiter, for a pass that
+    /// walks the list): a pass from the heap makes their entries first.
+    unindexed: bool,
     /// (nodeid, owner, FIFO position, slot): an owner's waiters, for UNLOCK+CLOSE.
     by_owner: BTreeSet<(i32, u64, u32, Slot)>,
 }

@@ -250,10 +250,17 @@ impl Lockspace {
         w
     }
 
-    /// Marks every waiter overlapping `[start, end]` as a candidate. A waiter pass of `r`
-    /// follows in the same operation (it lists the resource in `dirty` if candidates are
-    /// left).
-    pub(super) fn release(&mut self, r: u32, (start, end): (u64, u64)) {
+    /// Marks every waiter overlapping `range` as a candidate, outside a pass. A waiter pass
+    /// of `r` follows in the same operation (it lists the resource in `dirty` if candidates
+    /// are left).
+    pub(super) fn release(&mut self, r: u32, range: (u64, u64)) {
+        self.mark_overlapping(r, range, false);
+    }
+
+    /// Marks every waiter overlapping `[start, end]` as a candidate. Outside a pass, when
+    /// that is every waiter, the next pass walks the list and no heap entry is made; inside
+    /// one (`in_pass`) each gets its entry, as the pass may be taking them from the heap.
+    fn mark_overlapping(&mut self, r: u32, (start, end): (u64, u64), in_pass: bool) {
         let list = self.full(r).waiters;
         if list.is_empty() {
             return;
@@ -265,9 +272,20 @@ impl Lockspace {
         self.waiters.overlapping(&list, start, end, &mut found);
         if !found.is_empty() {
             let f = full_of(&mut self.resources, r);
+            let every = !in_pass && found.len() == f.waiters.len();
             let wi = f.windex.get_or_insert_with(Box::default);
-            for &s in &found {
-                mark(&mut self.waiters, wi, s);
+            if every {
+                // all waiters are candidates now, so the next pass walks the list: no
+                // heap entries (a pass from the heap first makes them)
+                for &s in &found {
+                    flag(&mut self.waiters, wi, s);
+                }
+                wi.candidates.clear();
+                wi.unindexed = true;
+            } else {
+                for &s in &found {
+                    mark(&mut self.waiters, wi, s);
+                }
             }
         }
         self.waiter_scratch = found;
@@ -301,6 +319,7 @@ impl Lockspace {
         let mut s = f.waiters.head();
         if let Some(wi) = f.windex.as_mut() {
             wi.candidates.clear();
+            wi.unindexed = false;
         }
         let mut granted = None;
         while s != NIL {
@@ -317,6 +336,7 @@ impl Lockspace {
     /// heap; one behind the pass's position is put back at the end.
     fn pop_waiters(&mut self, r: u32, now: u64, out: &mut Vec<Reply>) {
         let number = self.res(r).number;
+        self.index_candidates(r);
         let mut behind: Vec<(u32, Slot)> = Vec::new();
         let mut from = 0u32;
         let mut granted = None;
@@ -341,6 +361,21 @@ impl Lockspace {
         if let Some(wi) = full_of(&mut self.resources, r).windex.as_mut() {
             wi.candidates.extend(behind.into_iter().map(Reverse));
         }
+    }
+
+    /// Gives every candidate of `r` its heap entry, if a release left them without.
+    fn index_candidates(&mut self, r: u32) {
+        let f = full_of(&mut self.resources, r);
+        let Some(wi) = f.windex.as_mut().filter(|wi| wi.unindexed) else {
+            return;
+        };
+        wi.candidates.clear();
+        for s in self.waiters.iter(&f.waiters) {
+            if self.waiters.get(s).candidate {
+                wi.candidates.push(Reverse((self.waiters.seq(s), s)));
+            }
+        }
+        wi.unindexed = false;
     }
 
     /// Clears the candidate flag of waiter `s` of `r`; whether it was set.
@@ -371,7 +406,7 @@ impl Lockspace {
         }
         self.del_waiter(r, s);
         if let Some(range) = self.lock_internal(r, &req, now) {
-            self.release(r, range);
+            self.mark_overlapping(r, range, true);
         }
         if info.nodeid == self.our_nodeid {
             out.push(Reply {
@@ -397,15 +432,22 @@ impl Lockspace {
     }
 }
 
-/// Makes waiter `s` a candidate of the next pass, once.
+/// Makes waiter `s` a candidate of the next pass, once, with its heap entry.
 fn mark(waiters: &mut Arena<Waiter>, wi: &mut WaiterIndex, s: Slot) {
-    let seq = waiters.seq(s);
+    if flag(waiters, wi, s) {
+        wi.candidates.push(Reverse((waiters.seq(s), s)));
+    }
+}
+
+/// Sets the candidate flag of waiter `s`; whether it was clear.
+fn flag(waiters: &mut Arena<Waiter>, wi: &mut WaiterIndex, s: Slot) -> bool {
     let w = waiters.get_mut(s);
-    if !w.candidate {
+    let new = !w.candidate;
+    if new {
         w.candidate = true;
-        wi.candidates.push(Reverse((seq, s)));
         wi.marked += 1;
     }
+    new
 }
 
 /// The least candidate of resource `number` still waiting, taken off the heap (entries of

@@ -467,3 +467,35 @@ fn freed_behind_the_pass(bystander: bool, cancel: bool) {
     assert!(!granted(&out, 7), "owner 7 waits for B: {out:?}");
     assert_eq!(ls.waiter_count(), others + usize::from(cancel));
 }
+
+/// A grant in a pass that takes candidates from the heap downgrades a lock and so frees
+/// every remaining waiter, ahead of the pass's position: they are examined in the same
+/// pass (found by the model check: they once got no heap entry and waited for the next).
+#[test]
+fn a_grant_in_a_heap_pass_that_frees_every_waiter_ahead() {
+    let mut ls = Lockspace::new(1, 7, 3);
+    let mut out = Vec::new();
+    for l in [
+        lock_of(1, true, false, 11, 11),
+        lock_of(3, true, false, 6, 6),
+        // W1: owner 3 waits on owner 1's byte 11; W2: owner 4 on owner 3's byte 6
+        lock_of(3, false, true, 6, 11),
+        lock_of(4, false, true, 5, 6),
+    ] {
+        ls.apply(1, 1, &l, &mut out).expect("apply");
+    }
+    assert_eq!(out.len(), 2, "two granted, two wait: {out:?}");
+    assert_eq!(ls.waiter_count(), 2);
+    out.clear();
+    // owner 1 downgrades byte 11: only W1 is reached, so the pass uses the heap; W1's
+    // grant downgrades owner 3's byte 6, which frees W2, the only waiter left
+    ls.apply(2, 1, &lock_of(1, false, false, 8, 11), &mut out)
+        .expect("apply");
+    let owners: Vec<u64> = out.iter().map(|r| r.info.owner).collect();
+    assert_eq!(
+        owners,
+        [1, 3, 4],
+        "both waiters granted in the pass: {out:?}"
+    );
+    assert_eq!(ls.waiter_count(), 0);
+}
