@@ -10,7 +10,6 @@ use tokio::sync::mpsc;
 
 use super::LsContext;
 use super::cluster::{ClusterGroup, Flush};
-use crate::clock::monotonic_secs;
 use crate::config::LockspaceConf;
 use crate::kernel::SeamError;
 use crate::lscore::{Action, LsCore, LsEnv, LsReport};
@@ -210,9 +209,11 @@ impl Shell {
     fn with_env<T>(&mut self, f: impl FnOnce(&mut LsCore, &LsEnv<'_>) -> T) -> T {
         let q = *self.ctx.quorum.borrow();
         let fence = self.ctx.fencing.borrow();
+        // one clock read for both
+        let now_ms = crate::clock::monotonic_ms();
         let env = LsEnv {
-            now: monotonic_secs(),
-            now_ms: crate::clock::monotonic_ms(),
+            now: now_ms / 1000,
+            now_ms,
             quorate: q.quorate,
             cluster_ring_seq: q.ring_seq,
             quorum_required: fence.quorum_lockspace,
