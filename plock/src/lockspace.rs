@@ -22,8 +22,8 @@
 //!   A waiter carries its candidate flag; the resource keeps a min-heap of the candidates'
 //!   FIFO positions, except when every waiter is a candidate (processes queued on one
 //!   range, after an unlock): then no entry is made and the pass walks the FIFO list as C
-//!   does. A candidate that
-//!   the pass's last grant blocks is passed over without a search of the locks.
+//!   does. A candidate that the pass's last grant blocks is passed over without a search
+//!   of the locks.
 //! * purging a node visits only the resources it used: a per-node list through the slots of
 //!   its one-lock resources, and a `(nodeid, creation position)` index of the others.
 
@@ -77,7 +77,7 @@ pub(crate) struct Waiter {
     pub(crate) info: PlockInfo,
     /// Local time (ms) it started waiting; not replicated.
     pub(crate) since: u64,
-    /// To be examined at the next pass (it has an entry in the resource's candidates).
+    /// To be examined at the next pass (a candidate).
     pub(crate) candidate: bool,
 }
 
@@ -85,8 +85,10 @@ pub(crate) struct Waiter {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct WaiterIndex {
     /// Waiters to examine at the next pass: a min-heap of (FIFO position, slot), one entry
-    /// per waiter whose `candidate` flag is set. An entry whose waiter was deleted stays
-    /// until a pass pops it and finds the slot no longer holds that waiter.
+    /// per waiter whose `candidate` flag is set (unless `unindexed`). An entry whose waiter
+    /// was deleted stays until a pass pops it and finds the slot no longer holds that
+    /// waiter; every pass empties the heap but for the candidates it leaves behind, so it
+    /// never holds more entries than the resource has had waiters since its last pass.
     candidates: BinaryHeap<Reverse<(u32, Slot)>>,
     /// How many waiters of the resource have their `candidate` flag set.
     marked: u32,

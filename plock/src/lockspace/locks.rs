@@ -299,12 +299,13 @@ impl Lockspace {
         let Some(wi) = f.windex.as_ref() else {
             return;
         };
-        if wi.marked as usize == f.waiters.len() {
+        let walk = wi.marked as usize == f.waiters.len();
+        let number = self.res(r).number;
+        if walk {
             self.walk_waiters(r, now, out);
         } else {
-            self.pop_waiters(r, now, out);
+            self.pop_waiters(r, number, now, out);
         }
-        let number = self.res(r).number;
         if let Some(wi) = full_of(&mut self.resources, r).windex.as_mut() {
             sync_dirty(&mut self.dirty, wi, number);
         }
@@ -334,8 +335,7 @@ impl Lockspace {
 
     /// The pass over some of the waiters: each step takes the least candidate from the
     /// heap; one behind the pass's position is put back at the end.
-    fn pop_waiters(&mut self, r: u32, now: u64, out: &mut Vec<Reply>) {
-        let number = self.res(r).number;
+    fn pop_waiters(&mut self, r: u32, number: u64, now: u64, out: &mut Vec<Reply>) {
         self.index_candidates(r);
         let mut behind: Vec<(u32, Slot)> = Vec::new();
         let mut from = 0u32;

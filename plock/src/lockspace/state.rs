@@ -62,8 +62,8 @@ impl Lockspace {
             return;
         };
         for s in self.waiters.iter(&f.waiters) {
-            let w = &self.waiters.get(s).info;
-            let candidate = self.waiters.get(s).candidate;
+            let waiter = self.waiters.get(s);
+            let (w, candidate) = (&waiter.info, waiter.candidate);
             out.push(Held {
                 data: PlockData {
                     start: w.start,
