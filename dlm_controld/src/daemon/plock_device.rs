@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
 
 use super::{DaemonError, EEXIST, LsCommand, lockspace, query};
 use crate::kernel::{MiscDevice, READ_AT_ONCE, Records};
@@ -36,6 +37,7 @@ pub(crate) async fn reader(
     let mut gate = DeviceGate::new();
     // one batch for the reader's life: a read does not clear 2 KiB first
     let mut batch = Records::default();
+    let mut routes = Routes::default();
     loop {
         if !gate.open() {
             gate.closed().await;
@@ -47,13 +49,14 @@ pub(crate) async fn reader(
             Err(e) => return DaemonError::Io("plock device", e),
         };
         let limit = limit.load(Ordering::Relaxed);
-        let ctx = ReadCtx {
+        let mut ctx = ReadCtx {
             limit,
             our,
             fsids: &fsids,
             registry: &registry,
+            routes: &mut routes,
         };
-        if let Err(e) = read_plocks(&mut guard, &mut gate, &mut batch, &ctx) {
+        if let Err(e) = read_plocks(&mut guard, &mut gate, &mut batch, &mut ctx) {
             return e;
         }
     }
@@ -146,6 +149,67 @@ struct ReadCtx<'a> {
     our: u32,
     fsids: &'a Fsids,
     registry: &'a query::Registry,
+    routes: &'a mut Routes,
+}
+
+/// The reader's copy of where requests go: fsid → its lockspace's name and task. It is
+/// taken again from `fsids` and the registry only when a request's fsid is not in it or
+/// its task is gone, so a batch of requests holds no lock that the clients thread takes
+/// (a `dlm_tool ls` reads the registry: it waited behind every batch, and behind the
+/// whole time slice of a daemon thread preempted in one). The tasks are held weakly: a
+/// lockspace task ends when the registry drops its sender, as before.
+#[derive(Default)]
+struct Routes(BTreeMap<u32, Route>);
+
+struct Route {
+    name: Arc<str>,
+    /// `None`: the fsid is known but its task is not (ended; its name not yet forgotten).
+    task: Option<mpsc::WeakUnboundedSender<LsCommand>>,
+}
+
+/// Where one request goes: its lockspace's name (for the plock log) and task, when known.
+struct Routed {
+    name: Option<Arc<str>>,
+    task: Option<mpsc::UnboundedSender<LsCommand>>,
+}
+
+impl Routes {
+    /// Where a request of `fsid` goes; the copy taken again first when it has no live task
+    /// for `fsid`.
+    fn get(&mut self, fsid: u32, fsids: &Fsids, registry: &query::Registry) -> Routed {
+        if let Some(found) = self.live(fsid) {
+            return found;
+        }
+        self.refresh(fsids, registry);
+        self.live(fsid).unwrap_or_else(|| Routed {
+            name: self.0.get(&fsid).map(|r| r.name.clone()),
+            task: None,
+        })
+    }
+
+    fn live(&self, fsid: u32) -> Option<Routed> {
+        let r = self.0.get(&fsid)?;
+        let task = r.task.as_ref()?.upgrade()?;
+        Some(Routed {
+            name: Some(r.name.clone()),
+            task: Some(task),
+        })
+    }
+
+    fn refresh(&mut self, fsids: &Fsids, registry: &query::Registry) {
+        // the registry first, as every other holder of both takes them
+        let (Ok(tasks), Ok(fsids)) = (registry.lock(), fsids.read()) else {
+            return;
+        };
+        self.0 = fsids
+            .iter()
+            .map(|(&fsid, name)| {
+                let task = tasks.get(&**name).map(mpsc::UnboundedSender::downgrade);
+                let name = name.clone();
+                (fsid, Route { name, task })
+            })
+            .collect();
+    }
 }
 
 /// Every request queued on the device, per wakeup (C reads one per poll), up to
@@ -155,7 +219,7 @@ fn read_plocks(
     guard: &mut tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>,
     gate: &mut DeviceGate,
     batch: &mut Records,
-    ctx: &ReadCtx<'_>,
+    ctx: &mut ReadCtx<'_>,
 ) -> Result<(), DaemonError> {
     let eof = || DaemonError::Io("plock device", io::ErrorKind::UnexpectedEof.into());
     loop {
@@ -194,15 +258,11 @@ fn read_plocks(
 /// The records of one read (`process_plocks`), each to its lockspace's task or answered
 /// at once. A zero-length record is the fake kernel going away: the ones before it are
 /// handled, and the reader ends.
-fn plock_requests(batch: &Records, now_ms: u64, ctx: &ReadCtx<'_>, device: &MiscDevice) {
-    let our = ctx.our;
-    let (Ok(lockspaces), Ok(fsids)) = (ctx.registry.lock(), ctx.fsids.read()) else {
-        return;
-    };
+fn plock_requests(batch: &Records, now_ms: u64, ctx: &mut ReadCtx<'_>, device: &MiscDevice) {
     // one read, one time read for the latency of all it brought
     let t0 = std::time::Instant::now();
     for bytes in batch.iter().take_while(|b| !b.is_empty()) {
-        plock_request(bytes, now_ms, t0, our, &fsids, &lockspaces, device);
+        plock_request(bytes, now_ms, t0, ctx, device);
     }
 }
 
@@ -212,9 +272,7 @@ fn plock_request(
     bytes: &[u8],
     now_ms: u64,
     t0: std::time::Instant,
-    our: u32,
-    fsids: &BTreeMap<u32, Arc<str>>,
-    lockspaces: &query::Tasks,
+    ctx: &mut ReadCtx<'_>,
     device: &MiscDevice,
 ) {
     let mut info = match dlm_proto::kernel::PlockInfo::decode(bytes) {
@@ -225,10 +283,10 @@ fn plock_request(
             return;
         }
     };
-    info.nodeid = i32::try_from(our).unwrap_or(0);
+    info.nodeid = i32::try_from(ctx.our).unwrap_or(0);
     // requests for a known lockspace are counted by its task
-    let name = fsids.get(&info.fsid);
-    match name {
+    let Routed { name, task } = ctx.routes.get(info.fsid, ctx.fsids, ctx.registry);
+    match &name {
         Some(n) => crate::log::plock_op(now_ms / 1000, n, crate::log::PlockLine::Read, &info),
         // a plock-log line, as C: a kernel request, not bad input (and no syslog flood)
         None => {
@@ -247,7 +305,6 @@ fn plock_request(
             );
         }
     }
-    let task = name.and_then(|n| lockspaces.get(&**n));
     let sent = task.map(|tx| tx.send(LsCommand::Plock(info, t0)));
     if matches!(sent, Some(Ok(()))) {
         // out of the backlog again when its task takes it (`Shell::take`)
@@ -269,4 +326,70 @@ pub(crate) fn answer_gone(device: &MiscDevice, info: &dlm_proto::kernel::PlockIn
         ..*info
     };
     device.write_records(&[reply.encode()], |e| tracing::error!("plock reply: {e}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (Fsids, query::Registry) {
+        let fsids = Fsids::default();
+        fsids.write().expect("fsids").insert(7, Arc::from("a"));
+        (fsids, query::Registry::default())
+    }
+
+    fn register(reg: &query::Registry, name: &str) -> mpsc::UnboundedReceiver<LsCommand> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        reg.lock().expect("registry").insert(name.to_owned(), tx);
+        rx
+    }
+
+    #[test]
+    fn routes_follow_the_registry_when_a_task_comes_and_goes() {
+        let (fsids, reg) = setup();
+        let mut routes = Routes::default();
+        // an unknown fsid: no name, no task; a known one without a task: its name alone
+        let unknown = routes.get(9, &fsids, &reg);
+        assert!(unknown.name.is_none() && unknown.task.is_none());
+        let known = routes.get(7, &fsids, &reg);
+        assert_eq!(known.name.as_deref(), Some("a"));
+        assert!(known.task.is_none());
+        // its task registered: found (the copy taken again), and requests reach it
+        let mut rx = register(&reg, "a");
+        let task = routes.get(7, &fsids, &reg).task;
+        task.expect("task").send(LsCommand::Poll).expect("sent");
+        assert!(matches!(rx.try_recv(), Ok(LsCommand::Poll)));
+        // unregistered: the copy's weak sender no longer reaches it, and the task's channel
+        // closes, as it did when the registry held its only sender
+        reg.lock().expect("registry").remove("a");
+        assert!(routes.get(7, &fsids, &reg).task.is_none());
+        assert!(matches!(
+            rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
+        // a task of the same name again: the new one
+        let mut rx2 = register(&reg, "a");
+        let task = routes.get(7, &fsids, &reg).task;
+        task.expect("task").send(LsCommand::Leave).expect("sent");
+        assert!(matches!(rx2.try_recv(), Ok(LsCommand::Leave)));
+    }
+
+    #[test]
+    fn a_routed_request_takes_no_lock_the_clients_thread_holds() {
+        let (fsids, reg) = setup();
+        let _rx = register(&reg, "a");
+        let mut routes = Routes::default();
+        assert!(routes.get(7, &fsids, &reg).task.is_some());
+        // the registry held elsewhere (a query), the cached route is still served
+        let held = reg.lock().expect("registry");
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let (fsids2, reg2) = (fsids.clone(), reg.clone());
+        std::thread::spawn(move || {
+            let found = routes.get(7, &fsids2, &reg2).task.is_some();
+            let _ = done_tx.send(found);
+        });
+        let found = done.recv_timeout(Duration::from_secs(5));
+        drop(held);
+        assert_eq!(found, Ok(true), "the route waited for the registry's lock");
+    }
 }
