@@ -100,7 +100,17 @@ pub struct ConfFile {
     /// This build's own `plock_native_sync_ms=<ms>`: how often a node's local decisions go
     /// to the other members' tables (docs/native-mode.md; 0: only when they must).
     pub plock_native_sync_ms: Option<u32>,
+    /// This build's own `clients_cpu_budget_us=<µs>`: the clients thread's CPU budget per
+    /// 10 ms under `SCHED_DEADLINE` (0: an ordinary thread).
+    pub clients_cpu_budget_us: Option<u32>,
 }
+
+/// `clients_cpu_budget_us` when dlm.conf does not say: a tenth of one CPU.
+pub const CLIENTS_BUDGET_US_DEFAULT: u32 = 1000;
+/// The largest `clients_cpu_budget_us` accepted (half of one CPU).
+const CLIENTS_BUDGET_US_MAX: u32 = 5000;
+/// The smallest budget other than 0 (a query's work fits in it several times).
+const CLIENTS_BUDGET_US_MIN: u32 = 100;
 
 /// `plock_native_sync_ms` when dlm.conf does not say.
 pub const NATIVE_SYNC_MS_DEFAULT: u32 = 1000;
@@ -275,6 +285,16 @@ impl Reader {
                     "{key} must be a number of milliseconds from 0 to {NATIVE_SYNC_MS_MAX}"
                 );
                 self.conf.plock_native_sync_ms = Some(ms.ok_or_else(|| l.err(&msg))?);
+                return Ok(true);
+            }
+            "clients_cpu_budget_us" => {
+                let us = v.parse::<u32>().ok().filter(|&us| {
+                    us == 0 || (CLIENTS_BUDGET_US_MIN..=CLIENTS_BUDGET_US_MAX).contains(&us)
+                });
+                let msg = format!(
+                    "{key} must be 0 or a number of microseconds from {CLIENTS_BUDGET_US_MIN} to {CLIENTS_BUDGET_US_MAX}"
+                );
+                self.conf.clients_cpu_budget_us = Some(us.ok_or_else(|| l.err(&msg))?);
                 return Ok(true);
             }
             _ => return Ok(false),
@@ -492,6 +512,23 @@ connect bar node=1 port=5
             assert!(
                 e.to_string()
                     .contains("plock_native_sync_ms must be a number"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_clients_budget_is_0_or_within_its_bounds() {
+        assert_eq!(parse_conf("").expect("parses").clients_cpu_budget_us, None);
+        for (v, want) in [("0", 0), ("100", 100), ("2500", 2500), ("5000", 5000)] {
+            let c = parse_conf(&format!("clients_cpu_budget_us={v}\n")).expect(v);
+            assert_eq!(c.clients_cpu_budget_us, Some(want));
+        }
+        for bad in ["99", "5001", "-1", "x", "1ms"] {
+            let e = parse_conf(&format!("clients_cpu_budget_us={bad}\n")).expect_err(bad);
+            assert!(
+                e.to_string()
+                    .contains("clients_cpu_budget_us must be 0 or a number of microseconds"),
                 "{e}"
             );
         }

@@ -9,8 +9,8 @@ mod value;
 
 pub use cli::{CliAction, CliError, parse_args};
 pub use file::{
-    ConfError, ConfFile, ConfWarning, FenceMethod, LockspaceConf, NATIVE_SYNC_MS_DEFAULT,
-    parse_conf,
+    CLIENTS_BUDGET_US_DEFAULT, ConfError, ConfFile, ConfWarning, FenceMethod, LockspaceConf,
+    NATIVE_SYNC_MS_DEFAULT, parse_conf,
 };
 pub use options::{Opt, OptSpec, OptType, Options, Source, TABLE, Value};
 pub use value::ValueError;

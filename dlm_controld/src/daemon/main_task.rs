@@ -206,8 +206,11 @@ async fn listen(
         l.per_uid
     );
     let metrics = args.metrics;
+    let budget = args.config.file.clients_cpu_budget_us;
+    let budget = budget.unwrap_or(crate::config::CLIENTS_BUDGET_US_DEFAULT);
     let (registry, config_dump, status) = (registry.clone(), config_dump.clone(), status.clone());
-    spawn_clients(async move {
+    let budget = Duration::from_micros(u64::from(budget));
+    spawn_clients(budget, async move {
         let control =
             control::bind().map_err(|e| DaemonError::Io("main socket \\0dlmc_sock", e))?;
         let query =
@@ -228,11 +231,38 @@ async fn listen(
     Ok(ctl_rx)
 }
 
+/// The clients thread's scheduling (`sched.rs`), said in the log.
+fn schedule_clients(budget: Duration) {
+    let (got, errors) = super::sched::clients_thread(budget);
+    let why = errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    match got {
+        super::sched::Scheduled::Deadline(b) => tracing::info!(
+            "clients thread: SCHED_DEADLINE, {} us of every {} ms",
+            b.as_micros(),
+            super::sched::PERIOD.as_millis()
+        ),
+        super::sched::Scheduled::ShortSlice if budget.is_zero() => {
+            tracing::info!("clients thread: ordinary, short slice")
+        }
+        super::sched::Scheduled::ShortSlice => {
+            tracing::warn!("clients thread: SCHED_DEADLINE refused ({why}); ordinary, short slice")
+        }
+        super::sched::Scheduled::Unchanged => {
+            tracing::warn!("clients thread: scheduling left as it was ({why})")
+        }
+    }
+}
+
 /// Runs the local sockets on a thread of their own, with a single-threaded runtime: a
 /// query is answered while the worker is busy with plock work (it waited behind the
 /// worker's turns, p99 of milliseconds under a storm), and plock work never waits for a
 /// client. `setup` binds (its error is startup's) and returns the server to run forever.
 async fn spawn_clients<S>(
+    budget: Duration,
     setup: impl Future<Output = Result<S, DaemonError>> + Send + 'static,
 ) -> Result<(), DaemonError>
 where
@@ -242,6 +272,8 @@ where
     let thread = std::thread::Builder::new()
         .name("dlm_clients".into())
         .spawn(move || {
+            // a query wakes this thread on cores busy with plock work: it should run now
+            schedule_clients(budget);
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

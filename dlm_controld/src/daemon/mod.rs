@@ -15,6 +15,7 @@ mod metrics_http;
 mod outstanding;
 mod plock_device;
 mod query;
+mod sched;
 mod startup;
 
 use std::fs::{self, OpenOptions};
