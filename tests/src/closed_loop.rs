@@ -215,9 +215,10 @@ pub fn permille_us(lat: &[Duration], m: usize) -> f64 {
 
 /// `dlm_tool ls`'s first query (LOCKSPACES) on the raw query socket of network namespace
 /// `netns`, every 2 ms until `stop`: the latencies of those answered (a query is one
-/// connection, as `dlm_tool` makes it; no process start).
+/// connection, as `dlm_tool` makes it; no process start). The prober runs `SCHED_FIFO`
+/// unless `VS_PROBE_RT=0` (see [`prober_realtime`]).
 pub fn probe_queries(netns: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<Duration> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr, UnixStream};
     use std::sync::atomic::Ordering;
@@ -226,6 +227,9 @@ pub fn probe_queries(netns: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<D
     let mut out = Vec::new();
     if crate::enter_netns(netns).is_err() {
         return out;
+    }
+    if std::env::var("VS_PROBE_RT").as_deref() != Ok("0") {
+        prober_realtime();
     }
     let mut h = DlmcHeader::new(Command::LOCKSPACES);
     h.data = 128;
@@ -236,8 +240,7 @@ pub fn probe_queries(netns: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<D
             .and_then(|a| UnixStream::connect_addr(&a))
             .and_then(|mut s| {
                 s.write_all(&bytes)?;
-                let mut buf = Vec::with_capacity(4096);
-                s.read_to_end(&mut buf)
+                read_answer(&mut s)
             });
         if answered.is_ok() {
             out.push(t.elapsed());
@@ -245,6 +248,37 @@ pub fn probe_queries(netns: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<D
         std::thread::sleep(Duration::from_millis(2));
     }
     out
+}
+
+/// One answer on the query socket as `dlm_tool` reads it: the header, then the `len` it
+/// gives (not up to the end of the stream: the daemon's close is not waited for).
+fn read_answer(s: &mut std::os::unix::net::UnixStream) -> std::io::Result<usize> {
+    use dlm_proto::query::{DlmcHeader, HEADER_SIZE};
+    use std::io::Read;
+    let mut head = [0u8; HEADER_SIZE];
+    s.read_exact(&mut head)?;
+    let h = DlmcHeader::decode(&head).map_err(std::io::Error::other)?;
+    let rest = (h.len as usize).saturating_sub(HEADER_SIZE);
+    let mut body = vec![0u8; rest.min(1 << 20)];
+    s.read_exact(&mut body)?;
+    Ok(HEADER_SIZE + body.len())
+}
+
+/// Puts the calling thread (the prober) under `SCHED_FIFO`, priority 10 (below corosync's
+/// `SCHED_RR` 99): on two cores saturated by the driver, a prober at normal priority
+/// measures its own wake-up after the answer as much as the daemon's answer. It sleeps
+/// 2 ms between queries, so it takes no CPU from the load; every daemon of a run is
+/// probed alike. A failure (no privilege) leaves it at normal priority, said on stderr.
+pub fn prober_realtime() {
+    let param = libc::sched_param { sched_priority: 10 };
+    // SAFETY: `param` is a valid sched_param for the call's duration; pid 0 is this thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        eprintln!(
+            "prober: SCHED_FIFO refused ({}), probing at normal priority",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// One run's numbers, as the side-by-side tables print them.
