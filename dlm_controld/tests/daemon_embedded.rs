@@ -578,8 +578,8 @@ fn the_local_sockets_have_a_thread_of_their_own() {
     }
     assert_eq!(
         names(),
-        ["dlm_clients", "dlm_controld", "dlm_log"],
-        "one clients thread, the daemon's one thread, the log writer"
+        ["dlm_clients", "dlm_conns", "dlm_controld", "dlm_log"],
+        "the clients thread and its connections' thread, the daemon's one thread, the log writer"
     );
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dlm_tests::{Daemon, FakeKernel, Flood, Netns, cpu_ticks, metric_in_ns, writes};
@@ -108,6 +110,104 @@ fn an_unprivileged_flood_starves_neither_the_kernel_path_nor_root() {
             refused(socket)
         );
     }
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The clients thread's tid and its CPU ticks (utime + stime).
+fn clients_thread(pid: u32) -> Option<(u32, u64)> {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let tid: u32 = t.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "dlm_clients" {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(|w| w.parse().unwrap_or(0))
+                .collect();
+            return Some((tid, f.get(11).copied()? + f.get(12).copied()?));
+        }
+    }
+    None
+}
+
+/// Queries as fast as the socket answers them, on a thread entered into `netns`.
+fn query_loop(netns: String, stop: Arc<AtomicBool>) -> u64 {
+    use dlm_proto::query::{Command, DlmcHeader, QUERY_SOCK_NAME};
+    use std::io::{Read, Write};
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+    if dlm_tests::enter_netns(&netns).is_err() {
+        return 0;
+    }
+    let mut h = DlmcHeader::new(Command::LOCKSPACES);
+    h.data = 128;
+    let bytes = h.encode();
+    let mut answered = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let ok = SocketAddr::from_abstract_name(QUERY_SOCK_NAME)
+            .and_then(|a| UnixStream::connect_addr(&a))
+            .and_then(|mut s| {
+                s.write_all(&bytes)?;
+                let mut buf = Vec::new();
+                s.read_to_end(&mut buf)
+            });
+        answered += u64::from(ok.is_ok());
+    }
+    answered
+}
+
+/// A storm of queries from local users gets the clients thread's budget of CPU
+/// (`clients_cpu_budget_us`, 1 ms of every 10 ms) and no more: the kernel holds the thread
+/// (SCHED_DEADLINE) to a tenth of one CPU however many clients ask, while plock work goes on.
+#[test]
+fn a_query_storm_takes_no_more_than_the_clients_budget() {
+    let dir = std::env::temp_dir().join(format!("dlm-qstorm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("qstorm").expect("netns");
+    let daemon = Daemon(
+        ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
+            .args(["--kernel-root", &dir.display().to_string()])
+            .args(["--cluster", "embedded", "--foreground"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dlm_controld"),
+    );
+    assert!(k.wait_daemon(T), "the daemon never listened for uevents");
+    let pid = daemon.0.id();
+    let (tid, _) = clients_thread(pid).expect("the clients thread");
+    let sched =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/sched")).unwrap_or_default();
+    let policy = sched
+        .lines()
+        .find(|l| l.starts_with("policy"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(str::trim);
+    assert_eq!(policy, Some("6"), "SCHED_DEADLINE (6) as root:\n{sched}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let (n, s) = (ns.0.clone(), stop.clone());
+            std::thread::spawn(move || query_loop(n, s))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, t0) = clients_thread(pid).expect("the clients thread");
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, t1) = clients_thread(pid).expect("the clients thread");
+    stop.store(true, Ordering::Relaxed);
+    let answered: u64 = clients.into_iter().map(|c| c.join().unwrap_or(0)).sum();
+    // 3 s at a tenth of one CPU: 30 ticks (10 ms), some slack for the tick's rounding
+    let spent = t1 - t0;
+    assert!(answered > 1000, "{answered} queries answered");
+    assert!(spent <= 36, "{spent} ticks of the clients thread in 3 s");
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -210,6 +210,7 @@ async fn listen(
     let budget = budget.unwrap_or(crate::config::CLIENTS_BUDGET_US_DEFAULT);
     let (registry, config_dump, status) = (registry.clone(), config_dump.clone(), status.clone());
     let budget = Duration::from_micros(u64::from(budget));
+    let conns = spawn_conns().await?;
     spawn_clients(budget, async move {
         let control =
             control::bind().map_err(|e| DaemonError::Io("main socket \\0dlmc_sock", e))?;
@@ -225,10 +226,48 @@ async fn listen(
             }
         }
         tokio::spawn(control::serve(control, gate.clone(), ctl_tx));
-        Ok(query::serve(query, gate, registry, config_dump, status))
+        Ok(query::serve(
+            query,
+            gate,
+            registry,
+            config_dump,
+            status,
+            conns,
+        ))
     })
     .await?;
     Ok(ctl_rx)
+}
+
+/// The thread of the query connections that the clients thread does not answer at once (a
+/// header that comes late, an answer that needs a lockspace task or is long: plock dumps),
+/// with a single-threaded runtime of its own: an ordinary thread, so a long answer is not
+/// held to the clients thread's budget. Its runtime's handle.
+async fn spawn_conns() -> Result<tokio::runtime::Handle, DaemonError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("dlm_conns".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match rt {
+                Ok(rt) => {
+                    let _ = tx.send(Ok(rt.handle().clone()));
+                    rt.block_on(std::future::pending::<()>());
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(DaemonError::Io("connections runtime", e)));
+                }
+            }
+        });
+    if let Err(e) = thread {
+        return Err(DaemonError::Io("connections thread", e));
+    }
+    rx.await.unwrap_or_else(|_| {
+        let e = io::Error::other("ended before its runtime was built");
+        Err(DaemonError::Io("connections thread", e))
+    })
 }
 
 /// The clients thread's scheduling (`sched.rs`), said in the log.

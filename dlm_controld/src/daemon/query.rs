@@ -79,13 +79,15 @@ async fn accept(l: &Listener) -> io::Result<StdStream> {
 
 /// Accepts forever. A request whose header is there at once and whose answer needs no
 /// lockspace task (the published reports, the configuration, the runs) is answered on the
-/// spot, as C answers; any other connection gets a task of its own.
+/// spot, as C answers; any other connection gets a task of its own on `conns`'s runtime
+/// (`main_task::spawn_conns`: an ordinary thread, not held to this one's CPU budget).
 pub(crate) async fn serve(
     listener: Listener,
     gate: Gate,
     registry: Registry,
     config_dump: ConfigDump,
     status: SharedStatus,
+    conns: tokio::runtime::Handle,
 ) {
     let mut acceptor = Acceptor::new("query", gate);
     loop {
@@ -96,11 +98,12 @@ pub(crate) async fn serve(
         if matches!(start, Start::Done) {
             continue;
         }
-        let Ok(stream) = UnixStream::from_std(stream) else {
-            continue;
-        };
         let (reg, st) = (registry.clone(), status.clone());
-        tokio::spawn(async move {
+        conns.spawn(async move {
+            // registered with this runtime's reactor, where it is served
+            let Ok(stream) = UnixStream::from_std(stream) else {
+                return;
+            };
             // a client that never sends its header is dropped, not waited for forever
             let _ = tokio::time::timeout(
                 Duration::from_secs(10),
