@@ -77,6 +77,16 @@ fn main() -> ExitCode {
         eprintln!("fake kernel");
         return ExitCode::FAILURE;
     };
+    // `QL_CONF="clients_cpu_budget_us=0"`: dlm.conf lines for the daemon
+    if let Ok(conf) = std::env::var("QL_CONF") {
+        let dir = root.join("etc/dlm");
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join("dlm.conf"), format!("{conf}\n")));
+        if written.is_err() {
+            eprintln!("cannot write {}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    }
     let bin = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("dlm_controld")))
