@@ -27,6 +27,21 @@ fn built(name: &str) -> PathBuf {
 }
 
 /// Descriptors the process has open.
+/// The daemon (embedded group, fake kernel at `dir`) run by `wrapper` (which execs it, so
+/// the pid is the daemon's).
+fn start_daemon(mut wrapper: std::process::Command, dir: &Path) -> Daemon {
+    Daemon(
+        wrapper
+            .arg(env!("CARGO_BIN_EXE_dlm_controld"))
+            .args(["--kernel-root", &dir.display().to_string()])
+            .args(["--cluster", "embedded", "--foreground"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dlm_controld"),
+    )
+}
+
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
@@ -37,18 +52,9 @@ fn an_unprivileged_flood_starves_neither_the_kernel_path_nor_root() {
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
     let ns = Netns::new("flood").expect("netns");
-    let daemon = Daemon(
-        ns.command("prlimit")
-            .arg("--nofile=1024:1024")
-            .arg("--")
-            .arg(env!("CARGO_BIN_EXE_dlm_controld"))
-            .args(["--kernel-root", &dir.display().to_string()])
-            .args(["--cluster", "embedded", "--foreground"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlm_controld"),
-    );
+    let mut limited = ns.command("prlimit");
+    limited.arg("--nofile=1024:1024").arg("--");
+    let daemon = start_daemon(limited, &dir);
     assert!(k.wait_daemon(T), "the daemon never listened for uevents");
     let pid = daemon.0.id();
     let before = fds(pid);
@@ -170,15 +176,7 @@ fn a_query_storm_takes_no_more_than_the_clients_budget() {
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
     let ns = Netns::new("qstorm").expect("netns");
-    let daemon = Daemon(
-        ns.command(env!("CARGO_BIN_EXE_dlm_controld"))
-            .args(["--kernel-root", &dir.display().to_string()])
-            .args(["--cluster", "embedded", "--foreground"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlm_controld"),
-    );
+    let daemon = start_daemon(ns.command("env"), &dir);
     assert!(k.wait_daemon(T), "the daemon never listened for uevents");
     let pid = daemon.0.id();
     let (tid, _) = clients_thread(pid).expect("the clients thread");
