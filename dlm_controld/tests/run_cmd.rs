@@ -53,6 +53,14 @@ impl Setup {
             .spawn(&ns.0)
             .expect("daemon");
         assert!(k.wait_daemon(T), "the daemon never came up");
+        // the uevent socket comes first: the main and query sockets are bound a moment later
+        let answers = || {
+            ns.command("dlm_tool")
+                .arg("status")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        assert!(wait_until(answers), "the daemon's sockets never answered");
         Self {
             dir,
             ns,

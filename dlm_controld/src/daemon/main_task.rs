@@ -210,12 +210,13 @@ async fn listen(
     let budget = budget.unwrap_or(crate::config::CLIENTS_BUDGET_US_DEFAULT);
     let (registry, config_dump, status) = (registry.clone(), config_dump.clone(), status.clone());
     let budget = Duration::from_micros(u64::from(budget));
-    let conns = spawn_conns().await?;
     spawn_clients(budget, async move {
         let control =
             control::bind().map_err(|e| DaemonError::Io("main socket \\0dlmc_sock", e))?;
         let query =
             query::bind().map_err(|e| DaemonError::Io("query socket \\0dlmc_query_sock", e))?;
+        // after the binds: a client that connects meanwhile waits in the backlog
+        let conns = spawn_conns().await?;
         if let Some(addr) = metrics {
             match tokio::net::TcpListener::bind(addr).await {
                 Ok(l) => {
