@@ -206,10 +206,10 @@ async fn listen(
         l.per_uid
     );
     let metrics = args.metrics;
-    let budget = args.config.file.clients_cpu_budget_us;
-    let budget = budget.unwrap_or(crate::config::CLIENTS_BUDGET_US_DEFAULT);
-    let (registry, config_dump, status) = (registry.clone(), config_dump.clone(), status.clone());
+    let budget = (args.config.file.clients_cpu_budget_us)
+        .unwrap_or(crate::config::CLIENTS_BUDGET_US_DEFAULT);
     let budget = Duration::from_micros(u64::from(budget));
+    let (registry, config_dump, status) = (registry.clone(), config_dump.clone(), status.clone());
     spawn_clients(budget, async move {
         let control =
             control::bind().map_err(|e| DaemonError::Io("main socket \\0dlmc_sock", e))?;
@@ -241,34 +241,43 @@ async fn listen(
 }
 
 /// The thread of the query connections that the clients thread does not answer at once (a
-/// header that comes late, an answer that needs a lockspace task or is long: plock dumps),
-/// with a single-threaded runtime of its own: an ordinary thread, so a long answer is not
-/// held to the clients thread's budget. Its runtime's handle.
+/// header that comes late, an answer that needs a lockspace task or is long: plock dumps):
+/// an ordinary thread, so a long answer is not held to the clients thread's budget. Its
+/// runtime's handle.
 async fn spawn_conns() -> Result<tokio::runtime::Handle, DaemonError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("dlm_conns".into())
+    runtime_thread("dlm_conns", move |rt| match rt {
+        Ok(rt) => {
+            let _ = tx.send(Ok(rt.handle().clone()));
+            rt.block_on(std::future::pending::<()>());
+        }
+        Err(e) => {
+            let _ = tx.send(Err(e));
+        }
+    })?;
+    rx.await.unwrap_or_else(|_| {
+        let e = io::Error::other("ended before its runtime was built");
+        Err(DaemonError::Io("dlm_conns thread", e))
+    })
+}
+
+/// A thread named `name` with a single-threaded runtime of its own, which `body` is given
+/// (or the error of building it); `name` also names its errors.
+fn runtime_thread(
+    name: &'static str,
+    body: impl FnOnce(Result<tokio::runtime::Runtime, DaemonError>) + Send + 'static,
+) -> Result<(), DaemonError> {
+    std::thread::Builder::new()
+        .name(name.into())
         .spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .build();
-            match rt {
-                Ok(rt) => {
-                    let _ = tx.send(Ok(rt.handle().clone()));
-                    rt.block_on(std::future::pending::<()>());
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(DaemonError::Io("connections runtime", e)));
-                }
-            }
-        });
-    if let Err(e) = thread {
-        return Err(DaemonError::Io("connections thread", e));
-    }
-    rx.await.unwrap_or_else(|_| {
-        let e = io::Error::other("ended before its runtime was built");
-        Err(DaemonError::Io("connections thread", e))
-    })
+                .build()
+                .map_err(|e| DaemonError::Io(name, e));
+            body(rt);
+        })
+        .map(drop)
+        .map_err(|e| DaemonError::Io(name, e))
 }
 
 /// The clients thread's scheduling (`sched.rs`), said in the log.
@@ -309,36 +318,28 @@ where
     S: Future<Output = ()> + 'static,
 {
     let (bound_tx, bound) = tokio::sync::oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("dlm_clients".into())
-        .spawn(move || {
-            // a query wakes this thread on cores busy with plock work: it should run now
-            schedule_clients(budget);
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
+    runtime_thread("dlm_clients", move |rt| {
+        // a query wakes this thread on cores busy with plock work: it should run now
+        schedule_clients(budget);
+        let rt = match rt {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = bound_tx.send(Err(e));
+                return;
+            }
+        };
+        rt.block_on(async move {
+            match setup.await {
+                Ok(server) => {
+                    let _ = bound_tx.send(Ok(()));
+                    server.await;
+                }
                 Err(e) => {
-                    let _ = bound_tx.send(Err(DaemonError::Io("clients runtime", e)));
-                    return;
+                    let _ = bound_tx.send(Err(e));
                 }
-            };
-            rt.block_on(async move {
-                match setup.await {
-                    Ok(server) => {
-                        let _ = bound_tx.send(Ok(()));
-                        server.await;
-                    }
-                    Err(e) => {
-                        let _ = bound_tx.send(Err(e));
-                    }
-                }
-            });
+            }
         });
-    if let Err(e) = thread {
-        return Err(DaemonError::Io("clients thread", e));
-    }
+    })?;
     bound.await.unwrap_or_else(|_| {
         let e = io::Error::other("ended before its sockets were bound");
         Err(DaemonError::Io("clients thread", e))
