@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use dlm_tests::{Daemon, FakeKernel, Flood, Netns, cpu_ticks, metric_in_ns, writes};
+use dlm_tests::{
+    Daemon, FakeKernel, Flood, Netns, cpu_ticks, metric_in_ns, thread_cpu_ticks, writes,
+};
 
 const T: Duration = Duration::from_secs(20);
 const FLOOD: usize = 1500;
@@ -120,49 +122,34 @@ fn an_unprivileged_flood_starves_neither_the_kernel_path_nor_root() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The clients thread's tid and its CPU ticks (utime + stime).
-fn clients_thread(pid: u32) -> Option<(u32, u64)> {
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let tid: u32 = t.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "dlm_clients" {
-            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-            let f: Vec<u64> = rest
-                .split_whitespace()
-                .map(|w| w.parse().unwrap_or(0))
-                .collect();
-            return Some((tid, f.get(11).copied()? + f.get(12).copied()?));
+/// Whether the daemon in `ns` answers a query within [`T`]: its sockets are bound, and the
+/// clients thread scheduled, a moment after the uevent socket `wait_daemon` waits for.
+fn wait_answering(ns: &Netns) -> bool {
+    let netns = ns.0.clone();
+    let asking = std::thread::spawn(move || {
+        if dlm_tests::enter_netns(&netns).is_err() {
+            return false;
         }
-    }
-    None
+        let end = std::time::Instant::now() + T;
+        while std::time::Instant::now() < end {
+            if dlm_tests::closed_loop::lockspaces_query().is_ok() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    });
+    asking.join().unwrap_or(false)
 }
 
 /// Queries as fast as the socket answers them, on a thread entered into `netns`.
 fn query_loop(netns: String, stop: Arc<AtomicBool>) -> u64 {
-    use dlm_proto::query::{Command, DlmcHeader, QUERY_SOCK_NAME};
-    use std::io::{Read, Write};
-    use std::os::linux::net::SocketAddrExt;
-    use std::os::unix::net::{SocketAddr, UnixStream};
     if dlm_tests::enter_netns(&netns).is_err() {
         return 0;
     }
-    let mut h = DlmcHeader::new(Command::LOCKSPACES);
-    h.data = 128;
-    let bytes = h.encode();
     let mut answered = 0;
     while !stop.load(Ordering::Relaxed) {
-        let ok = SocketAddr::from_abstract_name(QUERY_SOCK_NAME)
-            .and_then(|a| UnixStream::connect_addr(&a))
-            .and_then(|mut s| {
-                s.write_all(&bytes)?;
-                let mut buf = Vec::new();
-                s.read_to_end(&mut buf)
-            });
-        answered += u64::from(ok.is_ok());
+        answered += u64::from(dlm_tests::closed_loop::lockspaces_query().is_ok());
     }
     answered
 }
@@ -178,8 +165,9 @@ fn a_query_storm_takes_no_more_than_the_clients_budget() {
     let ns = Netns::new("qstorm").expect("netns");
     let daemon = start_daemon(ns.command("env"), &dir);
     assert!(k.wait_daemon(T), "the daemon never listened for uevents");
+    assert!(wait_answering(&ns), "the daemon never answered a query");
     let pid = daemon.0.id();
-    let (tid, _) = clients_thread(pid).expect("the clients thread");
+    let (tid, _) = thread_cpu_ticks(pid, "dlm_clients").expect("the clients thread");
     let sched =
         std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/sched")).unwrap_or_default();
     let policy = sched
@@ -197,9 +185,9 @@ fn a_query_storm_takes_no_more_than_the_clients_budget() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let (_, t0) = clients_thread(pid).expect("the clients thread");
+    let (_, t0) = thread_cpu_ticks(pid, "dlm_clients").expect("the clients thread");
     std::thread::sleep(Duration::from_secs(3));
-    let (_, t1) = clients_thread(pid).expect("the clients thread");
+    let (_, t1) = thread_cpu_ticks(pid, "dlm_clients").expect("the clients thread");
     stop.store(true, Ordering::Relaxed);
     let answered: u64 = clients.into_iter().map(|c| c.join().unwrap_or(0)).sum();
     // 3 s at a tenth of one CPU: 30 ticks (10 ms), some slack for the tick's rounding

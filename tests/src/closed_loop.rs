@@ -218,12 +218,7 @@ pub fn permille_us(lat: &[Duration], m: usize) -> f64 {
 /// connection, as `dlm_tool` makes it; no process start). The prober runs `SCHED_FIFO`
 /// unless `VS_PROBE_RT=0` (see [`prober_realtime`]).
 pub fn probe_queries(netns: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<Duration> {
-    use std::io::Write;
-    use std::os::linux::net::SocketAddrExt;
-    use std::os::unix::net::{SocketAddr, UnixStream};
     use std::sync::atomic::Ordering;
-
-    use dlm_proto::query::{Command, DlmcHeader, QUERY_SOCK_NAME};
     let mut out = Vec::new();
     if crate::enter_netns(netns).is_err() {
         return out;
@@ -231,23 +226,29 @@ pub fn probe_queries(netns: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<D
     if std::env::var("VS_PROBE_RT").as_deref() != Ok("0") {
         prober_realtime();
     }
-    let mut h = DlmcHeader::new(Command::LOCKSPACES);
-    h.data = 128;
-    let bytes = h.encode();
     while !stop.load(Ordering::Relaxed) {
         let t = Instant::now();
-        let answered = SocketAddr::from_abstract_name(QUERY_SOCK_NAME)
-            .and_then(|a| UnixStream::connect_addr(&a))
-            .and_then(|mut s| {
-                s.write_all(&bytes)?;
-                read_answer(&mut s)
-            });
-        if answered.is_ok() {
+        if lockspaces_query().is_ok() {
             out.push(t.elapsed());
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     out
+}
+
+/// `dlm_tool ls`'s first query (LOCKSPACES) on the query socket of this thread's network
+/// namespace, as one connection: the answer's length.
+pub fn lockspaces_query() -> std::io::Result<usize> {
+    use std::io::Write;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+
+    use dlm_proto::query::{Command, DlmcHeader, QUERY_SOCK_NAME};
+    let mut h = DlmcHeader::new(Command::LOCKSPACES);
+    h.data = 128;
+    let mut s = UnixStream::connect_addr(&SocketAddr::from_abstract_name(QUERY_SOCK_NAME)?)?;
+    s.write_all(&h.encode())?;
+    read_answer(&mut s)
 }
 
 /// One answer on the query socket as `dlm_tool` reads it: the header, then the `len` it
