@@ -22,7 +22,11 @@ for kind in ${KINDS:-rust c own}; do
         own=$(sed -n 's/^own_pairs_per_s //p' "$f" 2>/dev/null)
         pass=$(sed -n 's/^passing_steps_per_s //p' "$f" 2>/dev/null)
         rows+=("| ${label[$kind]} | node $n | ${own:-—} | ${pass:-—} |")
+        [[ -n $own && -n $pass ]] || keep=1
     done
+    # the run's ~60 MB go once its numbers are read (KEEP_RUN=1, or a missing number, keeps it)
+    [[ ${keep:-0} == 1 || ${KEEP_RUN:-0} == 1 ]] || rm -rf "$run"
+    keep=0
 done
 echo "| daemons (both nodes) | node | own file: lock+unlock pairs/s | lock passing: steps/s |"
 echo "|---|---|---|---|"

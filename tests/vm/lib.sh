@@ -8,6 +8,16 @@ IMG=$VMCACHE
 [[ $SUITE == bookworm ]] || IMG=$VMCACHE/$SUITE
 KVER=${KVER:-$(cat "$IMG/kver")}
 
+# own_run PREFIX: RUN, unless the caller gave one, is a new directory under /tmp that is
+# removed when the script exits 0 (a run leaves ~60 MB: disk images, logs), so repeated
+# test runs do not fill /tmp; a failed run, or any run with KEEP_RUN=1, keeps it and says
+# where. A RUN the caller gave is the caller's and is always kept.
+own_run() {
+    [[ -n ${RUN:-} ]] && return
+    RUN=$(mktemp -d "/tmp/$1.XXXXXX")
+    trap 'rc=$?; if [[ $rc == 0 && ${KEEP_RUN:-0} != 1 ]]; then rm -rf "$RUN"; else echo "run kept: $RUN"; fi; exit $rc' EXIT
+}
+
 # prepare_share RUN NEED_RUST: the 9p share (guest scripts; when NEED_RUST is yes our Debian
 # package, built by scripts/deb.sh, and our dlm_tool beside it for the nodes that run C;
 # dlm.conf), and `corosync.conf` for the nodes given as "id:addr" words.

@@ -8,7 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 DAEMON=${DAEMON:-rust}
-RUN=${RUN:-$(mktemp -d /tmp/dlm-vm.XXXXXX)}
+own_run dlm-vm
 need=no
 [[ $DAEMON == rust ]] && need=yes
 prepare_share "$RUN" $need 1:127.0.0.1
@@ -18,7 +18,7 @@ echo "$DAEMON" >"$RUN/share/conf/daemon1"
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G
 start=$SECONDS
 vm "$RUN" 1 ""
-echo "VM ran $((SECONDS - start)) s; results in $RUN/share/out"
+echo "VM ran $((SECONDS - start)) s; results in $RUN/share/out (kept if the run fails, or with KEEP_RUN=1)"
 out=$RUN/share/out
 for f in threads.txt times.txt plocks.txt uevents.txt rss_kb.txt ls.txt; do
     [[ -f $out/$f ]] && { echo "--- $f"; cat "$out/$f"; }

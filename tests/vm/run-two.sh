@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 DAEMON1=${DAEMON1:-rust}
 DAEMON2=${DAEMON2:-c}
 PORT=${PORT:-$((20000 + RANDOM % 20000))}
-RUN=${RUN:-$(mktemp -d /tmp/dlm-vm2.XXXXXX)}
+own_run dlm-vm2
 # UPGRADE=1: a rolling upgrade with gfs2 in use instead (guest/upgrade2.sh): both nodes
 # start on Debian's daemon and are moved to our package and back, one at a time
 UPGRADE=${UPGRADE:-0}
@@ -95,7 +95,7 @@ fp=
 [[ $FENCE != 0 ]] && { fencer & fp=$!; }
 wait $p1 $p2
 [[ -n $fp ]] && { touch "$RUN/share/fence/stop"; wait "$fp"; }
-echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out"
+echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out (kept if the run fails, or with KEEP_RUN=1)"
 out=$RUN/share/out
 if [[ -n ${SOAK:-} ]]; then
     for n in 1 2; do
