@@ -13,7 +13,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use super::{DaemonError, EEXIST, LsCommand, lockspace, query};
-use crate::kernel::{MiscDevice, READ_AT_ONCE, Records};
+use crate::kernel::{MiscDevice, Records};
 
 /// fsid → lockspace name, shared by the main task (joins, ends) and the reader.
 pub(crate) type Fsids = Arc<std::sync::RwLock<BTreeMap<u32, Arc<str>>>>;
@@ -117,10 +117,10 @@ impl DeviceGate {
         }
     }
 
-    /// How many more records (at most [`READ_AT_ONCE`], and never past the backlog bound)
-    /// may be read at `now` (monotonic ms) under `limit` per second; 0 closes it.
-    fn admit(&mut self, limit: i64, now: u64) -> usize {
-        let room = lockspace::backlog_room().min(READ_AT_ONCE);
+    /// How many more records (at most `most`, and never past the backlog bound) may be
+    /// read at `now` (monotonic ms) under `limit` per second; 0 closes it.
+    fn admit(&mut self, limit: i64, now: u64, most: usize) -> usize {
+        let room = lockspace::backlog_room().min(most);
         if room == 0 {
             crate::metrics::get().plock_read_pauses.inc();
             self.backlogged = true;
@@ -128,7 +128,7 @@ impl DeviceGate {
             return 0;
         }
         match self.rate.admit_up_to(limit, now, room as u64) {
-            Ok(n) => usize::try_from(n).unwrap_or(READ_AT_ONCE),
+            Ok(n) => usize::try_from(n).unwrap_or(room),
             Err(resume) => {
                 let wait = Duration::from_millis(resume.saturating_sub(now));
                 self.paused_until = Some(tokio::time::Instant::now() + wait);
@@ -213,7 +213,7 @@ impl Routes {
 }
 
 /// Every request queued on the device, per wakeup (C reads one per poll), up to
-/// [`READ_AT_ONCE`] per system call, while the gate lets; readiness is kept for after a
+/// [`MiscDevice::records_per_call`] per system call, while the gate lets; readiness is kept for after a
 /// pause. A read that brings fewer records than it had room for emptied the device.
 fn read_plocks(
     guard: &mut tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>,
@@ -225,12 +225,12 @@ fn read_plocks(
     loop {
         // one clock read per read: the gate and the plock log's lines
         let now_ms = crate::clock::monotonic_ms();
-        let room = gate.admit(ctx.limit, now_ms);
+        let dev = &guard.get_inner().0;
+        let room = gate.admit(ctx.limit, now_ms, dev.records_per_call());
         if room == 0 {
             return Ok(());
         }
         batch.limit(room);
-        let dev = &guard.get_inner().0;
         match dev.try_read_records(batch) {
             Ok(0) => return Err(eof()),
             Ok(n) => {

@@ -18,6 +18,10 @@ const RECORD_ROOM: usize = 2 * PLOCK_INFO_SIZE;
 pub const READ_AT_ONCE: usize = 16;
 /// Records written by one system call at most.
 const WRITE_AT_ONCE: usize = 16;
+/// Records one `readv` or `writev` of a character device moves at most: the kernel copies
+/// an iovec array of up to `UIO_FASTIOV` (8) entries onto its stack, and allocates and
+/// frees a longer one at every call.
+const DEVICE_AT_ONCE: usize = 8;
 
 /// Records read from a misc device by one call of [`MiscDevice::try_read_records`].
 #[derive(Debug)]
@@ -159,13 +163,24 @@ impl MiscDevice {
         }
     }
 
-    /// Reads the records queued, up to `batch.room()`, with one system call: `readv` of
-    /// 64-byte buffers on the plock device (the kernel reads one request into each, and
-    /// stops at the first EAGAIN), `recvmmsg` on the fake kernel's socket. `WouldBlock`
-    /// when none is queued; fewer than asked means the device was empty after the last
-    /// one; `Ok(0)` that the fake kernel went away.
+    /// Records one call of [`Self::try_read_records`] or [`Self::write_records`] moves at
+    /// most: 8 on a character device, 16 on the fake kernel's socket.
+    pub fn records_per_call(&self) -> usize {
+        if self.socket {
+            READ_AT_ONCE
+        } else {
+            DEVICE_AT_ONCE
+        }
+    }
+
+    /// Reads the records queued, up to `batch.room()` and [`Self::records_per_call`], with
+    /// one system call: `readv` of 64-byte buffers on the plock device (the kernel reads one
+    /// request into each, and stops at the first EAGAIN), `recvmmsg` on the fake kernel's
+    /// socket. `WouldBlock` when none is queued; fewer than asked (of a room within
+    /// `records_per_call`) means the device was empty after the last one; `Ok(0)` that the
+    /// fake kernel went away.
     pub fn try_read_records(&self, batch: &mut Records) -> io::Result<usize> {
-        let room = batch.room();
+        let room = batch.room().min(self.records_per_call());
         let n = if self.socket {
             recv_many(
                 self.fd.as_raw_fd(),
@@ -188,12 +203,13 @@ impl MiscDevice {
     }
 
     /// Writes `records` in order, as many per system call as it takes (`writev` on the
-    /// plock device, one record per buffer; `sendmmsg` on the fake kernel's socket). A
+    /// plock device, one record per buffer, [`Self::records_per_call`] at a time;
+    /// `sendmmsg` on the fake kernel's socket). A
     /// record that fails is reported to `failed` and skipped; the others are still written.
     pub fn write_records(&self, records: &[Record], mut failed: impl FnMut(io::Error)) {
         let mut rest = records;
         while !rest.is_empty() {
-            let chunk = &rest[..rest.len().min(WRITE_AT_ONCE)];
+            let chunk = &rest[..rest.len().min(self.records_per_call())];
             let done = if self.socket {
                 send_many(self.fd.as_raw_fd(), chunk)
             } else {
@@ -347,5 +363,54 @@ mod tests {
             READ_AT_ONCE,
             "never past the room"
         );
+    }
+
+    /// A pipe stands in for the plock device (a character device's `readv` reads its
+    /// records into 64-byte buffers, one after the other; a pipe fills them the same way):
+    /// the device on one end, a file on the other.
+    fn pipe_device(device_reads: bool) -> (MiscDevice, std::fs::File) {
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        let (fd, other) = if device_reads { (r, w) } else { (w, r) };
+        (MiscDevice { fd, socket: false }, std::fs::File::from(other))
+    }
+
+    fn numbered(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|i| {
+                let mut r = [0u8; PLOCK_INFO_SIZE];
+                r[0] = u8::try_from(i).expect("small");
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_character_device_is_read_and_written_at_most_eight_records_a_call() {
+        use std::io::{Read, Write};
+        let (dev, mut w) = pipe_device(true);
+        assert_eq!(dev.records_per_call(), 8);
+        for r in numbered(20) {
+            w.write_all(&r).expect("write");
+        }
+        let mut batch = Records::default();
+        batch.limit(READ_AT_ONCE);
+        // sixteen asked, eight read: the kernel never allocates an iovec array for us
+        assert_eq!(dev.try_read_records(&mut batch).expect("read"), 8);
+        let firsts: Vec<u8> = batch.iter().map(|b| b[0]).collect();
+        assert_eq!(firsts, (0..8).collect::<Vec<u8>>());
+        assert!(batch.iter().all(|b| b.len() == PLOCK_INFO_SIZE));
+        batch.limit(3);
+        assert_eq!(dev.try_read_records(&mut batch).expect("read"), 3);
+        assert_eq!(batch.iter().next().map(|b| b[0]), Some(8));
+
+        // twenty replies go out whole and in order, eight to a writev
+        let (out, mut rd) = pipe_device(false);
+        let mut failed = 0;
+        out.write_records(&numbered(20), |_| failed += 1);
+        assert_eq!(failed, 0);
+        let mut got = vec![0u8; 20 * PLOCK_INFO_SIZE];
+        rd.read_exact(&mut got).expect("read back");
+        let firsts: Vec<u8> = got.chunks(PLOCK_INFO_SIZE).map(|c| c[0]).collect();
+        assert_eq!(firsts, (0..20).collect::<Vec<u8>>());
     }
 }
