@@ -213,8 +213,9 @@ impl Routes {
 }
 
 /// Every request queued on the device, per wakeup (C reads one per poll), up to
-/// [`MiscDevice::records_per_call`] per system call, while the gate lets; readiness is kept for after a
-/// pause. A read that brings fewer records than it had room for emptied the device.
+/// [`MiscDevice::records_per_call`] per system call, while the gate lets; readiness is
+/// kept for after a pause. A read that brings fewer records than it had room for emptied
+/// the device.
 fn read_plocks(
     guard: &mut tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>,
     gate: &mut DeviceGate,

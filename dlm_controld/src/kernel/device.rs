@@ -221,10 +221,10 @@ impl MiscDevice {
         Ok(n)
     }
 
-    /// Writes `records` in order, as many per system call as it takes (`writev` on the
-    /// plock device, one record per buffer, [`Self::records_per_call`] at a time;
-    /// `sendmmsg` on the fake kernel's socket). A
-    /// record that fails is reported to `failed` and skipped; the others are still written.
+    /// Writes `records` in order, [`Self::records_per_call`] per system call at most (on
+    /// the plock device a `write` of one record or a `writev` of several, on the fake
+    /// kernel's socket `sendmmsg`). A record that fails is reported to `failed` and
+    /// skipped; the others are still written.
     pub fn write_records(&self, records: &[Record], mut failed: impl FnMut(io::Error)) {
         let mut rest = records;
         while !rest.is_empty() {
