@@ -28,14 +28,19 @@ fn built(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Descriptors the process has open.
-/// The daemon (embedded group, fake kernel at `dir`) run by `wrapper` (which execs it, so
-/// the pid is the daemon's).
-fn start_daemon(mut wrapper: std::process::Command, dir: &Path) -> Daemon {
+/// The daemon (embedded group, fake kernel at `dir`) in `ns`, behind the `wrapper` words
+/// (a program that execs the rest, so the pid is the daemon's), if any.
+fn start_daemon(ns: &Netns, wrapper: &[&str], dir: &Path) -> Daemon {
+    let daemon = env!("CARGO_BIN_EXE_dlm_controld");
+    let (program, rest) = wrapper
+        .split_first()
+        .map_or((daemon, &[][..]), |(p, r)| (*p, r));
+    let mut c = ns.command(program);
+    if !wrapper.is_empty() {
+        c.args(rest).arg(daemon);
+    }
     Daemon(
-        wrapper
-            .arg(env!("CARGO_BIN_EXE_dlm_controld"))
-            .args(["--kernel-root", &dir.display().to_string()])
+        c.args(["--kernel-root", &dir.display().to_string()])
             .args(["--cluster", "embedded", "--foreground"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -44,6 +49,7 @@ fn start_daemon(mut wrapper: std::process::Command, dir: &Path) -> Daemon {
     )
 }
 
+/// Descriptors the process has open.
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
@@ -54,9 +60,7 @@ fn an_unprivileged_flood_starves_neither_the_kernel_path_nor_root() {
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
     let ns = Netns::new("flood").expect("netns");
-    let mut limited = ns.command("prlimit");
-    limited.arg("--nofile=1024:1024").arg("--");
-    let daemon = start_daemon(limited, &dir);
+    let daemon = start_daemon(&ns, &["prlimit", "--nofile=1024:1024", "--"], &dir);
     assert!(k.wait_daemon(T), "the daemon never listened for uevents");
     let pid = daemon.0.id();
     let before = fds(pid);
@@ -163,7 +167,7 @@ fn a_query_storm_takes_no_more_than_the_clients_budget() {
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
     let ns = Netns::new("qstorm").expect("netns");
-    let daemon = start_daemon(ns.command("env"), &dir);
+    let daemon = start_daemon(&ns, &[], &dir);
     assert!(k.wait_daemon(T), "the daemon never listened for uevents");
     assert!(wait_answering(&ns), "the daemon never answered a query");
     let pid = daemon.0.id();

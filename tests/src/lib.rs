@@ -366,7 +366,7 @@ impl Drop for Netns {
 
 /// User plus system CPU time of process `pid`, in clock ticks (0 if it cannot be read).
 pub fn cpu_ticks(pid: u32) -> u64 {
-    stat_ticks(&format!("/proc/{pid}/stat"))
+    stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")))
 }
 
 /// The same for the thread of `pid` named `comm`: its tid and ticks, if there is one.
@@ -378,17 +378,14 @@ pub fn thread_cpu_ticks(pid: u32, comm: &str) -> Option<(u32, u64)> {
         let named = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
         if named.trim() == comm {
             let tid = t.file_name().to_str()?.parse().ok()?;
-            return Some((
-                tid,
-                stat_ticks(&t.path().join("stat").display().to_string()),
-            ));
+            return Some((tid, stat_ticks(&t.path().join("stat"))));
         }
     }
     None
 }
 
 /// utime + stime of a `/proc/.../stat` file.
-fn stat_ticks(path: &str) -> u64 {
+fn stat_ticks(path: &std::path::Path) -> u64 {
     let stat = std::fs::read_to_string(path).unwrap_or_default();
     // the fields after the command's closing parenthesis; utime and stime are 14 and 15
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);

@@ -342,7 +342,7 @@ where
     })?;
     bound.await.unwrap_or_else(|_| {
         let e = io::Error::other("ended before its sockets were bound");
-        Err(DaemonError::Io("clients thread", e))
+        Err(DaemonError::Io("dlm_clients thread", e))
     })
 }
 

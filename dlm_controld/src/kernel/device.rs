@@ -16,8 +16,9 @@ pub type Record = [u8; PLOCK_INFO_SIZE];
 const RECORD_ROOM: usize = 2 * PLOCK_INFO_SIZE;
 /// Records read by one system call at most.
 pub const READ_AT_ONCE: usize = 16;
-/// Records written by one system call at most.
-const WRITE_AT_ONCE: usize = 16;
+/// Records written by one system call at most on the fake kernel's socket: as many as a
+/// read ([`MiscDevice::records_per_call`] says one number for both).
+const WRITE_AT_ONCE: usize = READ_AT_ONCE;
 /// Records one `readv` or `writev` of a character device moves at most: the kernel copies
 /// an iovec array of up to `UIO_FASTIOV` (8) entries onto its stack, and allocates and
 /// frees a longer one at every call.
