@@ -344,15 +344,15 @@ pub fn print_table(rows: &[(&str, &str, Run, f64)]) {
         let ls = r
             .ls_us
             .map_or_else(|| "—".to_owned(), |(a, b)| format!("{a:.0} / {b:.0} µs"));
+        // without C's default mode in the run (`VS_KINDS`) there is nothing to divide by
+        let ratio = if *base > 0.0 {
+            format!("{:.2}", r.ops_s / base)
+        } else {
+            "—".to_owned()
+        };
         println!(
-            "| {case} | {kind} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {:.2} | {ls} |",
-            r.ops_s,
-            r.p50_us,
-            r.p99_us,
-            r.daemon_us_op,
-            r.corosync_us_op,
-            r.out_of_order,
-            r.ops_s / base.max(1e-9)
+            "| {case} | {kind} | {:.0} | {:.0} µs | {:.0} µs | {:.1} µs | {:.1} µs | {} | {ratio} | {ls} |",
+            r.ops_s, r.p50_us, r.p99_us, r.daemon_us_op, r.corosync_us_op, r.out_of_order,
         );
     }
 }
@@ -366,6 +366,31 @@ pub fn bench_args() -> Result<f64, &'static str> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0))
+}
+
+/// The entries of `all` whose 0-based index is a digit of `pick` (`"24"`: the third and
+/// fifth), or all of them without a pick: the benches' `VS_KINDS` and `VS_CASES`.
+pub fn chosen<T: Copy>(all: &[T], pick: Option<&str>) -> Vec<T> {
+    all.iter()
+        .enumerate()
+        .filter(|(i, _)| pick.is_none_or(|v| v.contains(&i.to_string())))
+        .map(|(_, t)| *t)
+        .collect()
+}
+
+/// How many times each daemon runs, alternating (`VS_ROUNDS`, default 2; the table shows
+/// the median, and each run is printed on stderr as it ends so the spread is seen).
+pub fn rounds() -> usize {
+    std::env::var("VS_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(2)
+}
+
+/// One run's line on stderr: `run <round>: <case> · <daemon>: <ops/s> ops/s`.
+pub fn print_run(round: usize, case: &str, kind: &str, r: &Run) {
+    eprintln!("run {round}: {case} · {kind}: {:.0} ops/s", r.ops_s);
 }
 
 /// `perf stat` of process `pid` for `secs` (software events: this machine's VMs have no
@@ -405,5 +430,19 @@ impl PerfCounts {
                 .and_then(|n| n.trim().parse::<u64>().ok())
         };
         Some((count("sys_enter")?, count("context-switches")?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chosen;
+
+    #[test]
+    fn the_benches_pick_entries_by_their_index_digits() {
+        let all = ['a', 'b', 'c', 'd', 'e'];
+        assert_eq!(chosen(&all, Some("24")), vec!['c', 'e']);
+        assert_eq!(chosen(&all, Some("42")), vec!['c', 'e'], "in the table's order");
+        assert_eq!(chosen(&all, None), all.to_vec());
+        assert!(chosen(&all, Some("9")).is_empty());
     }
 }

@@ -25,8 +25,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    LockUnlock, PerfCounts, Run, bench_args, drive, median, print_table, probe_queries,
-    start_daemon_of,
+    LockUnlock, PerfCounts, Run, bench_args, chosen, drive, median, print_run, print_table,
+    probe_queries, rounds, start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
@@ -198,28 +198,24 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     // `VS_KINDS=<indexes>` (e.g. `24`: C's ownership mode and ours), for profiling
-    let kinds: Vec<Kind> = [
-        Kind::StandIn,
-        Kind::CDefault,
-        Kind::COwnership,
-        Kind::OursCompat,
-        Kind::Ours,
-    ]
-    .into_iter()
-    .enumerate()
-    .filter(|(i, _)| std::env::var("VS_KINDS").map_or(true, |v| v.contains(&i.to_string())))
-    .map(|(_, k)| k)
-    .collect();
+    let kinds = chosen(
+        &[
+            Kind::StandIn,
+            Kind::CDefault,
+            Kind::COwnership,
+            Kind::OursCompat,
+            Kind::Ours,
+        ],
+        std::env::var("VS_KINDS").ok().as_deref(),
+    );
     // `VS_CASES=<indexes>` (e.g. `2`: the contended case alone), for profiling
-    let cases: Vec<Case> = [Case::NodeLocal, Case::OneFile, Case::Contended]
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| std::env::var("VS_CASES").map_or(true, |v| v.contains(&i.to_string())))
-        .map(|(_, c)| c)
-        .collect();
+    let cases = chosen(
+        &[Case::NodeLocal, Case::OneFile, Case::Contended],
+        std::env::var("VS_CASES").ok().as_deref(),
+    );
     let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
     let mut n = 0;
-    for _round in 0..2 {
+    for round in 0..rounds() {
         for &kind in &kinds {
             n += 1;
             let Some(s) = start(&cs, &base, &shim, kind, n) else {
@@ -228,7 +224,10 @@ fn main() -> ExitCode {
             };
             for &case in &cases {
                 match one_run(&cs, &s, case, secs) {
-                    Some(r) => runs.entry((case, kind)).or_default().push(r),
+                    Some(r) => {
+                        print_run(round, case.label(), kind.label(), &r);
+                        runs.entry((case, kind)).or_default().push(r);
+                    }
                     None => {
                         eprintln!("{} stopped answering in {}", kind.label(), case.label());
                         return ExitCode::FAILURE;

@@ -25,7 +25,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockOp;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    Drive, LockUnlock, Run, Script, Step, bench_args, drive, median, print_table, start_daemon_of,
+    Drive, LockUnlock, Run, Script, Step, bench_args, chosen, drive, median, print_run,
+    print_table, rounds, start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks, writes};
 use support::Cluster;
@@ -266,28 +267,32 @@ fn main() -> ExitCode {
         eprintln!("cannot build the LD_PRELOAD shim (cc)");
         return ExitCode::FAILURE;
     };
-    // `VS_ONLY=<kind>,<case>` (numbers, 0-based): one pair, for profiling
-    let only: Option<(usize, usize)> = std::env::var("VS_ONLY").ok().and_then(|v| {
-        let (k, c) = v.split_once(',')?;
-        Some((k.parse().ok()?, c.parse().ok()?))
-    });
-    let all_kinds = [
-        Kind::CDefault,
-        Kind::COwnership,
-        Kind::OursCompat,
-        Kind::Ours,
-    ];
-    let kinds: Vec<Kind> = match only {
-        Some((k, _)) => all_kinds.get(k).copied().into_iter().collect(),
-        None => all_kinds.to_vec(),
+    // `VS_KINDS=<indexes>` and `VS_CASES=<indexes>` (digits, 0-based: `VS_KINDS=13
+    // VS_CASES=2`, C's ownership mode and native mode on the contended case), for profiling;
+    // `VS_ONLY=<kind>,<case>` is one of each
+    let (pick_kinds, pick_cases) = match std::env::var("VS_ONLY").ok() {
+        Some(v) => {
+            let (k, c) = v.split_once(',').unwrap_or((&v, ""));
+            (Some(k.to_owned()), (!c.is_empty()).then(|| c.to_owned()))
+        }
+        None => (
+            std::env::var("VS_KINDS").ok(),
+            std::env::var("VS_CASES").ok(),
+        ),
     };
-    let cases: Vec<Case> = match only {
-        Some((_, c)) => Case::ALL.get(c).copied().into_iter().collect(),
-        None => Case::ALL.to_vec(),
-    };
+    let kinds = chosen(
+        &[
+            Kind::CDefault,
+            Kind::COwnership,
+            Kind::OursCompat,
+            Kind::Ours,
+        ],
+        pick_kinds.as_deref(),
+    );
+    let cases = chosen(&Case::ALL, pick_cases.as_deref());
     let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
     let mut n = 0;
-    for _round in 0..2 {
+    for round in 0..rounds() {
         for &kind in &kinds {
             n += 1;
             let Some(s) = start(&c, &base, &shim, kind, n) else {
@@ -296,7 +301,10 @@ fn main() -> ExitCode {
             };
             for &case in &cases {
                 match one_run(&c, &s, case, secs) {
-                    Some(r) => runs.entry((case, kind)).or_default().push(r),
+                    Some(r) => {
+                        print_run(round, case.label(), kind.label(), &r);
+                        runs.entry((case, kind)).or_default().push(r);
+                    }
                     None => {
                         eprintln!("{} stopped answering in {}", kind.label(), case.label());
                         return ExitCode::FAILURE;
