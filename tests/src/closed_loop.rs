@@ -378,6 +378,51 @@ pub fn chosen<T: Copy>(all: &[T], pick: Option<&str>) -> Vec<T> {
         .collect()
 }
 
+/// A case of a side-by-side bench, by the name its table gives it.
+pub trait BenchCase: Copy + Ord {
+    /// The case's row label.
+    fn label(self) -> &'static str;
+}
+
+/// The side-by-side loop of `vs_c` and `vs_c3`: [`rounds`] times, each daemon of `kinds` in
+/// turn is started (`start`, with its start's number), run on every case (`run`) and stopped
+/// (`stop`); then the table of medians is printed, each row divided by C's default mode.
+/// `Err` says which daemon did not start or stopped answering.
+pub fn alternate<C: BenchCase, S>(
+    kinds: &[Daemons],
+    cases: &[C],
+    mut start: impl FnMut(Daemons, usize) -> Option<S>,
+    mut run: impl FnMut(&S, C) -> Option<Run>,
+    mut stop: impl FnMut(S),
+) -> Result<(), String> {
+    let mut runs: BTreeMap<(C, Daemons), Vec<Run>> = BTreeMap::new();
+    let mut n = 0;
+    for round in 0..rounds() {
+        for &kind in kinds {
+            n += 1;
+            let s = start(kind, n).ok_or_else(|| format!("{} did not start", kind.label()))?;
+            for &case in cases {
+                let r = run(&s, case).ok_or_else(|| {
+                    format!("{} stopped answering in {}", kind.label(), case.label())
+                })?;
+                print_run(round, case.label(), kind.label(), &r);
+                runs.entry((case, kind)).or_default().push(r);
+            }
+            stop(s);
+        }
+    }
+    let of = |case, kind| median(runs.get(&(case, kind)).cloned().unwrap_or_default());
+    let mut rows = Vec::new();
+    for &case in cases {
+        let c = of(case, Daemons::CDefault);
+        for &kind in kinds {
+            rows.push((case.label(), kind.label(), of(case, kind), c.ops_s));
+        }
+    }
+    print_table(&rows);
+    Ok(())
+}
+
 /// How many times each daemon runs, alternating (`VS_ROUNDS`, default 2; the table shows
 /// the median, and each run is printed on stderr as it ends so the spread is seen).
 pub fn rounds() -> usize {
@@ -389,7 +434,7 @@ pub fn rounds() -> usize {
 }
 
 /// One run's line on stderr: `run <round>: <case> · <daemon>: <ops/s> ops/s`.
-pub fn print_run(round: usize, case: &str, kind: &str, r: &Run) {
+fn print_run(round: usize, case: &str, kind: &str, r: &Run) {
     eprintln!("run {round}: {case} · {kind}: {:.0} ops/s", r.ops_s);
 }
 
@@ -441,7 +486,11 @@ mod tests {
     fn the_benches_pick_entries_by_their_index_digits() {
         let all = ['a', 'b', 'c', 'd', 'e'];
         assert_eq!(chosen(&all, Some("24")), vec!['c', 'e']);
-        assert_eq!(chosen(&all, Some("42")), vec!['c', 'e'], "in the table's order");
+        assert_eq!(
+            chosen(&all, Some("42")),
+            vec!['c', 'e'],
+            "in the table's order"
+        );
         assert_eq!(chosen(&all, None), all.to_vec());
         assert!(chosen(&all, Some("9")).is_empty());
     }

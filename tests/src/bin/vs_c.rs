@@ -15,7 +15,6 @@
 #[allow(clippy::all, missing_debug_implementations)]
 mod support;
 
-use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -25,8 +24,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    LockUnlock, PerfCounts, Run, bench_args, chosen, drive, median, print_run, print_table,
-    probe_queries, rounds, start_daemon_of,
+    BenchCase, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, probe_queries,
+    start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
@@ -46,7 +45,7 @@ enum Case {
     Contended,
 }
 
-impl Case {
+impl BenchCase for Case {
     fn label(self) -> &'static str {
         match self {
             Self::NodeLocal => "1 node, each process on its own file",
@@ -54,7 +53,9 @@ impl Case {
             Self::Contended => "1 node, one byte contended (F_SETLKW)",
         }
     }
+}
 
+impl Case {
     /// Process `p`'s lock: (inode, start, end, wait). `VS_WAIT=1`: the uncontended cases
     /// with F_SETLKW too, as `lockf(LOCK_EX)` asks (the real-kernel bench's loop).
     fn lock_of(self, p: u64) -> (u64, u64, u64, bool) {
@@ -213,45 +214,23 @@ fn main() -> ExitCode {
         &[Case::NodeLocal, Case::OneFile, Case::Contended],
         std::env::var("VS_CASES").ok().as_deref(),
     );
-    let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
-    let mut n = 0;
-    for round in 0..rounds() {
-        for &kind in &kinds {
-            n += 1;
-            let Some(s) = start(&cs, &base, &shim, kind, n) else {
-                eprintln!("{} did not start", kind.label());
-                return ExitCode::FAILURE;
-            };
-            for &case in &cases {
-                match one_run(&cs, &s, case, secs) {
-                    Some(r) => {
-                        print_run(round, case.label(), kind.label(), &r);
-                        runs.entry((case, kind)).or_default().push(r);
-                    }
-                    None => {
-                        eprintln!("{} stopped answering in {}", kind.label(), case.label());
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
+    let done = alternate(
+        &kinds,
+        &cases,
+        |kind, n| start(&cs, &base, &shim, kind, n),
+        |s, case| one_run(&cs, s, case, secs),
+        |s| {
             drop(s.daemon);
             drop(s.standin);
             let _ = std::fs::remove_dir_all(&s.root);
-        }
-    }
-    let mut rows = Vec::new();
-    for &case in &cases {
-        let c = median(
-            runs.get(&(case, Kind::CDefault))
-                .cloned()
-                .unwrap_or_default(),
-        );
-        for &kind in &kinds {
-            let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
-            rows.push((case.label(), kind.label(), r, c.ops_s));
-        }
-    }
-    print_table(&rows);
+        },
+    );
     let _ = std::fs::remove_dir_all(&base);
-    ExitCode::SUCCESS
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -16,7 +16,6 @@
 #[allow(clippy::all, dead_code, missing_debug_implementations)]
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,8 +24,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockOp;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    Drive, LockUnlock, Run, Script, Step, bench_args, chosen, drive, median, print_run,
-    print_table, rounds, start_daemon_of,
+    BenchCase, Drive, LockUnlock, Run, Script, Step, alternate, bench_args, chosen, drive,
+    start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks, writes};
 use support::Cluster;
@@ -56,6 +55,17 @@ impl Case {
         Self::LockPassing,
     ];
 
+    /// The nodes that carry load.
+    fn loaded(self) -> &'static [usize] {
+        match self {
+            Self::OneNodeOwnFiles | Self::OneNodeOneFile | Self::OneNodeContended => &[1],
+            Self::LockPassing => &[1, 2],
+            _ => &[1, 2, 3],
+        }
+    }
+}
+
+impl BenchCase for Case {
     fn label(self) -> &'static str {
         match self {
             Self::OneNodeOwnFiles => "3 nodes, load on node 1, own files",
@@ -65,15 +75,6 @@ impl Case {
             Self::AllSharedFiles => "3 nodes, every node on 1000 shared files",
             Self::AllContended => "3 nodes, every node on one contended byte",
             Self::LockPassing => "lock passing between nodes 1 and 2",
-        }
-    }
-
-    /// The nodes that carry load.
-    fn loaded(self) -> &'static [usize] {
-        match self {
-            Self::OneNodeOwnFiles | Self::OneNodeOneFile | Self::OneNodeContended => &[1],
-            Self::LockPassing => &[1, 2],
-            _ => &[1, 2, 3],
         }
     }
 }
@@ -290,27 +291,12 @@ fn main() -> ExitCode {
         pick_kinds.as_deref(),
     );
     let cases = chosen(&Case::ALL, pick_cases.as_deref());
-    let mut runs: BTreeMap<(Case, Kind), Vec<Run>> = BTreeMap::new();
-    let mut n = 0;
-    for round in 0..rounds() {
-        for &kind in &kinds {
-            n += 1;
-            let Some(s) = start(&c, &base, &shim, kind, n) else {
-                eprintln!("{} did not start", kind.label());
-                return ExitCode::FAILURE;
-            };
-            for &case in &cases {
-                match one_run(&c, &s, case, secs) {
-                    Some(r) => {
-                        print_run(round, case.label(), kind.label(), &r);
-                        runs.entry((case, kind)).or_default().push(r);
-                    }
-                    None => {
-                        eprintln!("{} stopped answering in {}", kind.label(), case.label());
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
+    let done = alternate(
+        &kinds,
+        &cases,
+        |kind, n| start(&c, &base, &shim, kind, n),
+        |s, case| one_run(&c, s, case, secs),
+        |s| {
             // no lockspace left: each exits at SIGTERM as a member that left
             for mut d in s.daemons {
                 d.terminate();
@@ -319,21 +305,14 @@ fn main() -> ExitCode {
             for r in &s.roots {
                 let _ = std::fs::remove_dir_all(r);
             }
-        }
-    }
-    let mut rows = Vec::new();
-    for &case in &cases {
-        let base_run = median(
-            runs.get(&(case, Kind::CDefault))
-                .cloned()
-                .unwrap_or_default(),
-        );
-        for &kind in &kinds {
-            let r = median(runs.get(&(case, kind)).cloned().unwrap_or_default());
-            rows.push((case.label(), kind.label(), r, base_run.ops_s));
-        }
-    }
-    print_table(&rows);
+        },
+    );
     let _ = std::fs::remove_dir_all(&base);
-    ExitCode::SUCCESS
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
 }
