@@ -288,11 +288,7 @@ mod tests {
     /// that whole requests made.
     #[test]
     fn a_record_fits_a_cache_line() {
-        assert!(
-            std::mem::size_of::<Entry>() <= 64,
-            "{}",
-            std::mem::size_of::<Entry>()
-        );
+        assert!(size_of::<Entry>() <= 64, "{}", size_of::<Entry>());
     }
 
     /// The records dump exactly the bytes C's text ring holds, before and after wrapping,
