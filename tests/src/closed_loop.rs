@@ -423,6 +423,17 @@ pub fn alternate<C: BenchCase, S>(
     Ok(())
 }
 
+/// A bench's exit: success, or its error on stderr and failure.
+pub fn exit_code(done: Result<(), String>) -> std::process::ExitCode {
+    match done {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// How many times each daemon runs, alternating (`VS_ROUNDS`, default 2; the table shows
 /// the median, and each run is printed on stderr as it ends so the spread is seen).
 pub fn rounds() -> usize {

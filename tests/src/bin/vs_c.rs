@@ -24,8 +24,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    BenchCase, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, probe_queries,
-    start_daemon_of,
+    BenchCase, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, exit_code,
+    probe_queries, start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
@@ -226,11 +226,5 @@ fn main() -> ExitCode {
         },
     );
     let _ = std::fs::remove_dir_all(&base);
-    match done {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(done)
 }

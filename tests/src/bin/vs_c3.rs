@@ -25,7 +25,7 @@ use dlm_proto::kernel::PlockOp;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
     BenchCase, Drive, LockUnlock, Run, Script, Step, alternate, bench_args, chosen, drive,
-    start_daemon_of,
+    exit_code, start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks, writes};
 use support::Cluster;
@@ -308,11 +308,5 @@ fn main() -> ExitCode {
         },
     );
     let _ = std::fs::remove_dir_all(&base);
-    match done {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(done)
 }
