@@ -444,9 +444,13 @@ pub fn rounds() -> usize {
         .unwrap_or(2)
 }
 
-/// One run's line on stderr: `run <round>: <case> · <daemon>: <ops/s> ops/s`.
+/// One run's line on stderr: `run <round>: <case> · <daemon>: <ops/s> ops/s`, and the
+/// query's p50 / p99 where it was probed.
 fn print_run(round: usize, case: &str, kind: &str, r: &Run) {
-    eprintln!("run {round}: {case} · {kind}: {:.0} ops/s", r.ops_s);
+    let ls = r
+        .ls_us
+        .map_or_else(String::new, |(a, b)| format!(", ls {a:.0} / {b:.0} µs"));
+    eprintln!("run {round}: {case} · {kind}: {:.0} ops/s{ls}", r.ops_s);
 }
 
 /// `perf stat` of process `pid` for `secs` (software events: this machine's VMs have no
