@@ -252,6 +252,19 @@ fn raw_sockets(ns: &str) {
         let mut late = Vec::new();
         std::io::Read::read_to_end(&mut split, &mut late).expect("read");
         assert_eq!(late, r, "LOCKSPACES answered alike both ways");
+        // so is a request its lockspace's task must answer (a plock dump): the clients
+        // thread waits for the header, then hands the connection to the conns thread
+        let name = LockspaceName::new(b"foo").expect("name");
+        let dump = dlm_proto::query::Request::DumpPlocks(name).encode();
+        let whole_dump = ask(&dump);
+        assert!(whole_dump.len() > 96, "a header and the table");
+        let mut split = connect(dlm_proto::query::QUERY_SOCK_NAME);
+        split.write_all(&dump[..10]).expect("send");
+        std::thread::sleep(Duration::from_millis(100));
+        split.write_all(&dump[10..]).expect("send");
+        let mut late = Vec::new();
+        std::io::Read::read_to_end(&mut split, &mut late).expect("read");
+        assert_eq!(late, whole_dump, "DUMP_PLOCKS answered alike both ways");
         let req = dlm_proto::query::Request::SetConfig {
             text: b"drop_resources_count=9 ".to_vec(),
         };

@@ -25,7 +25,7 @@ use nix::sys::socket::{SockFlag, accept4};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream as StdStream;
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -77,10 +77,13 @@ async fn accept(l: &Listener) -> io::Result<StdStream> {
     }
 }
 
-/// Accepts forever. A request whose header is there at once and whose answer needs no
-/// lockspace task (the published reports, the configuration, the runs) is answered on the
-/// spot, as C answers; any other connection gets a task of its own on `conns`'s runtime
-/// (`main_task::spawn_conns`: an ordinary thread, not held to this one's CPU budget).
+/// Accepts forever. A request whose answer needs no lockspace task (the published
+/// reports, the configuration, the runs) is answered on this thread, as C answers: at once
+/// when its header is there at accept, else by a task here that waits for the header (a
+/// client that connects and then writes is served at this thread's priority, not queued
+/// behind the load on an ordinary thread). Any other connection gets a task of its own on
+/// `conns`'s runtime (`main_task::spawn_conns`: an ordinary thread, not held to this one's
+/// CPU budget), where long answers (plock dumps) and slow readers are served.
 pub(crate) async fn serve(
     listener: Listener,
     gate: Gate,
@@ -92,35 +95,100 @@ pub(crate) async fn serve(
     let mut acceptor = Acceptor::new("query", gate);
     loop {
         let (stream, permit) = acceptor.next(|| accept(&listener), std_unix_uid).await;
-        let cfg = config_dump.lock().map(|d| d.clone()).unwrap_or_default();
-        let t0 = std::time::Instant::now();
-        let start = at_once(&stream, &registry, &cfg, &status, t0);
-        if matches!(start, Start::Done) {
-            continue;
+        let c = Conn {
+            permit,
+            registry: registry.clone(),
+            config_dump: config_dump.lock().map(|d| d.clone()).unwrap_or_default(),
+            status: status.clone(),
+            conns: conns.clone(),
+            t0: std::time::Instant::now(),
+        };
+        match at_once(&stream, &c) {
+            Start::Done => {}
+            Start::Header(buf, have) => {
+                tokio::spawn(header_then_answer(stream, buf, have, c));
+            }
+            Start::Later(later) => c.hand_off(stream, later),
         }
-        let (reg, st) = (registry.clone(), status.clone());
+    }
+}
+
+/// One accepted connection's context, from accept to its answer.
+struct Conn {
+    permit: Permit,
+    registry: Registry,
+    config_dump: Arc<String>,
+    status: SharedStatus,
+    conns: tokio::runtime::Handle,
+    t0: std::time::Instant,
+}
+
+impl Conn {
+    /// The connection's task on `conns`'s runtime, registered with its reactor there.
+    fn hand_off(self, stream: StdStream, later: Later) {
+        let conns = self.conns.clone();
         conns.spawn(async move {
-            // registered with this runtime's reactor, where it is served
             let Ok(stream) = UnixStream::from_std(stream) else {
                 return;
             };
-            // a client that never sends its header is dropped, not waited for forever
-            let _ = tokio::time::timeout(
-                Duration::from_secs(10),
-                connection(stream, start, permit, reg, cfg, st, t0),
-            )
-            .await;
+            // a client that never reads its answer is dropped, not waited for forever
+            let _ = tokio::time::timeout(Duration::from_secs(10), connection(stream, later, self))
+                .await;
         });
     }
 }
 
-/// Where a connection's task takes over from [`at_once`].
+/// On the clients thread: the rest of the header, within the permit's header timeout, then
+/// as [`at_once`] with the whole header.
+async fn header_then_answer(stream: StdStream, mut buf: [u8; HEADER_SIZE], have: usize, c: Conn) {
+    let Ok(s) = UnixStream::from_std(stream) else {
+        return;
+    };
+    let read = read_rest(&s, &mut buf, have);
+    if !matches!(
+        tokio::time::timeout(c.permit.header_timeout(), read).await,
+        Ok(Ok(()))
+    ) {
+        return;
+    }
+    // off this reactor: answered here without waiting, or served on conns's
+    let Ok(stream) = s.into_std() else {
+        return;
+    };
+    match whole_header(&stream, &buf, &c) {
+        Start::Later(later) => c.hand_off(stream, later),
+        Start::Done | Start::Header(..) => {}
+    }
+}
+
+/// Reads until `buf` is full, from `have` bytes.
+async fn read_rest(s: &UnixStream, buf: &mut [u8], mut have: usize) -> io::Result<()> {
+    while have < buf.len() {
+        s.readable().await?;
+        match s.try_read(&mut buf[have..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => have += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// What [`at_once`] leaves to do.
 #[derive(Debug)]
 enum Start {
     /// Answered, or closed.
     Done,
-    /// The header's first bytes (how many).
+    /// The header's first bytes (how many): the clients thread waits for the rest.
     Header([u8; HEADER_SIZE], usize),
+    /// For a connection's task on `conns`'s runtime.
+    Later(Later),
+}
+
+/// Where a connection's task on `conns`'s runtime takes over.
+#[derive(Debug)]
+enum Later {
     /// A whole request, whose answer needs a lockspace task or may be long.
     Request(DlmcHeader, Request),
     /// An answer's bytes the socket did not take at once.
@@ -129,13 +197,7 @@ enum Start {
 
 /// Reads what is there of the request without waiting; answers it if it can be answered
 /// now, writing what the socket takes.
-fn at_once(
-    s: &StdStream,
-    reg: &Registry,
-    config_dump: &Arc<String>,
-    status: &SharedStatus,
-    t0: std::time::Instant,
-) -> Start {
+fn at_once(s: &StdStream, c: &Conn) -> Start {
     use std::io::Read;
     let mut buf = [0u8; HEADER_SIZE];
     let have = match (&*s).read(&mut buf) {
@@ -147,21 +209,27 @@ fn at_once(
     if have < HEADER_SIZE {
         return Start::Header(buf, have);
     }
-    let Some((h, req)) = decode(&buf) else {
+    whole_header(s, &buf, c)
+}
+
+/// A whole header read: the answer written now if it needs no lockspace task, as much of
+/// it as the socket takes.
+fn whole_header(s: &StdStream, buf: &[u8; HEADER_SIZE], c: &Conn) -> Start {
+    let Some((h, req)) = decode(buf) else {
         return Start::Done;
     };
-    let Some((reply, payload)) = reply_now(reg, config_dump, status, &req) else {
-        return Start::Request(h, req);
+    let Some((reply, payload)) = reply_now(&c.registry, &c.config_dump, &c.status, &req) else {
+        return Start::Later(Later::Request(h, req));
     };
     let mut bytes = reply_header(&h, reply, payload.len()).encode().to_vec();
     bytes.extend_from_slice(&payload);
     let sent = write_now(s, &bytes);
     if sent < bytes.len() {
         bytes.drain(..sent);
-        return Start::Rest(h, bytes);
+        return Start::Later(Later::Rest(h, bytes));
     }
     let _ = s.shutdown(std::net::Shutdown::Write);
-    answered(&h, Ok(true), t0);
+    answered(&h, Ok(true), c.t0);
     Start::Done
 }
 
@@ -371,41 +439,21 @@ fn node(r: &LsReport, nodeid: u32, members: &[u32]) -> DlmcNode {
     }
 }
 
-async fn connection(
-    mut s: UnixStream,
-    start: Start,
-    permit: Permit,
-    reg: Registry,
-    config_dump: Arc<String>,
-    status: SharedStatus,
-    t0: std::time::Instant,
-) -> io::Result<()> {
-    let (h, req) = match start {
-        Start::Done => return Ok(()),
-        Start::Rest(h, rest) => {
+async fn connection(mut s: UnixStream, later: Later, c: Conn) -> io::Result<()> {
+    let (h, req) = match later {
+        Later::Rest(h, rest) => {
             let r = async {
                 s.write_all(&rest).await?;
                 s.shutdown().await
             }
             .await;
-            answered(&h, r.as_ref().map(|()| true), t0);
+            answered(&h, r.as_ref().map(|()| true), c.t0);
             return r;
         }
-        Start::Request(h, req) => (h, req),
-        Start::Header(mut buf, have) => {
-            let rest = s.read_exact(&mut buf[have..]);
-            let Ok(read) = tokio::time::timeout(permit.header_timeout(), rest).await else {
-                return Ok(());
-            };
-            read?;
-            let Some(d) = decode(&buf) else {
-                return Ok(());
-            };
-            d
-        }
+        Later::Request(h, req) => (h, req),
     };
-    let r = answer(&mut s, &reg, &config_dump, &status, &h, req).await;
-    answered(&h, r.as_ref().copied(), t0);
+    let r = answer(&mut s, &c.registry, &c.config_dump, &c.status, &h, req).await;
+    answered(&h, r.as_ref().copied(), c.t0);
     r.map(|_| ())
 }
 
