@@ -39,8 +39,8 @@ impl Daemons {
 }
 
 /// Starts one daemon of `kind` (not the stand-in) in network namespace `ns` on the fake
-/// kernel `k` (ours from the directory of this executable; C's through `shim`, its stderr
-/// to `log`), with fencing off.
+/// kernel `k` (ours from the directory of this executable, with the dlm.conf lines of
+/// `VS_CONF`, `;` between them; C's through `shim`, its stderr to `log`), with fencing off.
 pub fn start_daemon_of(
     kind: Daemons,
     ns: &str,
@@ -52,10 +52,15 @@ pub fn start_daemon_of(
     match kind {
         Daemons::StandIn => None,
         Daemons::Ours | Daemons::OursCompat => {
+            // `VS_CONF=<dlm.conf lines>`: our daemon's options for an experiment
+            let mut conf = std::env::var("VS_CONF").unwrap_or_default().replace(';', "\n");
             if kind == Daemons::OursCompat {
+                conf.push_str("\nplock_native=0\n");
+            }
+            if !conf.trim().is_empty() {
                 let etc = root.join("etc/dlm");
                 std::fs::create_dir_all(&etc).ok()?;
-                std::fs::write(etc.join("dlm.conf"), "plock_native=0\n").ok()?;
+                std::fs::write(etc.join("dlm.conf"), conf).ok()?;
             }
             let bin = std::env::current_exe().ok()?.parent()?.join("dlm_controld");
             crate::start_daemon_on_corosync(ns, &bin, root, k, &[])
