@@ -195,6 +195,22 @@ fn ask(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A query sent in parts, 100 ms apart, cut at `cuts`: the whole answer.
+fn in_parts(bytes: &[u8], cuts: &[usize]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = connect(dlm_proto::query::QUERY_SOCK_NAME);
+    let mut from = 0;
+    for &cut in cuts {
+        s.write_all(&bytes[from..cut]).expect("send");
+        from = cut;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    s.write_all(&bytes[from..]).expect("send");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("read");
+    out
+}
+
 /// NODE_INFO (no dlm_tool command uses it) and bad or stalled clients on both sockets.
 fn raw_sockets(ns: &str) {
     use dlm_proto::query::{Command as Cmd, DlmcHeader, DlmcNode, NodeFlags};
@@ -242,28 +258,19 @@ fn raw_sockets(ns: &str) {
             2,
             "two lockspaces"
         );
-        // the header in two parts a moment apart (the connection's task reads the rest)
-        // is answered with the same bytes as the whole header at once (answered at accept)
+        // the header in two parts a moment apart (the clients thread waits for the rest)
+        // or in three (the conns thread reads the rest) is answered with the same bytes as
+        // the whole header at once (answered at accept)
         let whole = l.encode();
-        let mut split = connect(dlm_proto::query::QUERY_SOCK_NAME);
-        split.write_all(&whole[..10]).expect("send");
-        std::thread::sleep(Duration::from_millis(100));
-        split.write_all(&whole[10..]).expect("send");
-        let mut late = Vec::new();
-        std::io::Read::read_to_end(&mut split, &mut late).expect("read");
-        assert_eq!(late, r, "LOCKSPACES answered alike both ways");
+        assert_eq!(in_parts(&whole, &[10]), r, "LOCKSPACES in two parts");
+        assert_eq!(in_parts(&whole, &[10, 20]), r, "LOCKSPACES in three parts");
         // so is a request its lockspace's task must answer (a plock dump): the clients
         // thread waits for the header, then hands the connection to the conns thread
         let name = LockspaceName::new(b"foo").expect("name");
         let dump = dlm_proto::query::Request::DumpPlocks(name).encode();
         let whole_dump = ask(&dump);
         assert!(whole_dump.len() > 96, "a header and the table");
-        let mut split = connect(dlm_proto::query::QUERY_SOCK_NAME);
-        split.write_all(&dump[..10]).expect("send");
-        std::thread::sleep(Duration::from_millis(100));
-        split.write_all(&dump[10..]).expect("send");
-        let mut late = Vec::new();
-        std::io::Read::read_to_end(&mut split, &mut late).expect("read");
+        let late = in_parts(&dump, &[10]);
         assert_eq!(late, whole_dump, "DUMP_PLOCKS answered alike both ways");
         let req = dlm_proto::query::Request::SetConfig {
             text: b"drop_resources_count=9 ".to_vec(),

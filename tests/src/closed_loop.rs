@@ -53,7 +53,9 @@ pub fn start_daemon_of(
         Daemons::StandIn => None,
         Daemons::Ours | Daemons::OursCompat => {
             // `VS_CONF=<dlm.conf lines>`: our daemon's options for an experiment
-            let mut conf = std::env::var("VS_CONF").unwrap_or_default().replace(';', "\n");
+            let mut conf = std::env::var("VS_CONF")
+                .unwrap_or_default()
+                .replace(';', "\n");
             if kind == Daemons::OursCompat {
                 conf.push_str("\nplock_native=0\n");
             }

@@ -25,7 +25,7 @@ use nix::sys::socket::{SockFlag, accept4};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream as StdStream;
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -105,7 +105,7 @@ pub(crate) async fn serve(
         };
         match at_once(&stream, &c) {
             Start::Done => {}
-            Start::Header(buf, have) => {
+            Start::Later(Later::Header(buf, have)) => {
                 tokio::spawn(header_then_answer(stream, buf, have, c));
             }
             Start::Later(later) => c.hand_off(stream, later),
@@ -138,41 +138,41 @@ impl Conn {
     }
 }
 
-/// On the clients thread: the rest of the header, within the permit's header timeout, then
-/// as [`at_once`] with the whole header.
+/// On the clients thread: one wait for the rest of the header (`dlm_tool` writes it whole,
+/// just after its connect), within the permit's header timeout; then as [`at_once`]. A
+/// header still short after it goes on on `conns`'s runtime, so a client that sends its
+/// request a few bytes at a time wakes this thread at most twice.
 async fn header_then_answer(stream: StdStream, mut buf: [u8; HEADER_SIZE], have: usize, c: Conn) {
     let Ok(s) = UnixStream::from_std(stream) else {
         return;
     };
-    let read = read_rest(&s, &mut buf, have);
-    if !matches!(
-        tokio::time::timeout(c.permit.header_timeout(), read).await,
-        Ok(Ok(()))
-    ) {
+    let deadline = tokio::time::Instant::from_std(c.t0) + c.permit.header_timeout();
+    let read = tokio::time::timeout_at(deadline, read_more(&s, &mut buf[have..])).await;
+    let Ok(Ok(n)) = read else {
         return;
-    }
+    };
     // off this reactor: answered here without waiting, or served on conns's
     let Ok(stream) = s.into_std() else {
         return;
     };
-    match whole_header(&stream, &buf, &c) {
+    match answer_now(&stream, &buf, have + n, &c) {
         Start::Later(later) => c.hand_off(stream, later),
-        Start::Done | Start::Header(..) => {}
+        Start::Done => {}
     }
 }
 
-/// Reads until `buf` is full, from `have` bytes.
-async fn read_rest(s: &UnixStream, buf: &mut [u8], mut have: usize) -> io::Result<()> {
-    while have < buf.len() {
+/// The bytes there once the socket is readable: how many (at least one; end of stream is
+/// an error).
+async fn read_more(s: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
         s.readable().await?;
-        match s.try_read(&mut buf[have..]) {
+        match s.try_read(buf) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => have += n,
+            Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(())
 }
 
 /// What [`at_once`] leaves to do.
@@ -180,8 +180,6 @@ async fn read_rest(s: &UnixStream, buf: &mut [u8], mut have: usize) -> io::Resul
 enum Start {
     /// Answered, or closed.
     Done,
-    /// The header's first bytes (how many): the clients thread waits for the rest.
-    Header([u8; HEADER_SIZE], usize),
     /// For a connection's task on `conns`'s runtime.
     Later(Later),
 }
@@ -189,6 +187,8 @@ enum Start {
 /// Where a connection's task on `conns`'s runtime takes over.
 #[derive(Debug)]
 enum Later {
+    /// The header's first bytes (how many), after the clients thread waited once.
+    Header([u8; HEADER_SIZE], usize),
     /// A whole request, whose answer needs a lockspace task or may be long.
     Request(DlmcHeader, Request),
     /// An answer's bytes the socket did not take at once.
@@ -206,15 +206,15 @@ fn at_once(s: &StdStream, c: &Conn) -> Start {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
         Err(_) => return Start::Done,
     };
-    if have < HEADER_SIZE {
-        return Start::Header(buf, have);
-    }
-    whole_header(s, &buf, c)
+    answer_now(s, &buf, have, c)
 }
 
-/// A whole header read: the answer written now if it needs no lockspace task, as much of
-/// it as the socket takes.
-fn whole_header(s: &StdStream, buf: &[u8; HEADER_SIZE], c: &Conn) -> Start {
+/// The request's first `have` bytes read: if the header is whole and its answer needs no
+/// lockspace task, the answer written now, as much of it as the socket takes.
+fn answer_now(s: &StdStream, buf: &[u8; HEADER_SIZE], have: usize, c: &Conn) -> Start {
+    if have < HEADER_SIZE {
+        return Start::Later(Later::Header(*buf, have));
+    }
     let Some((h, req)) = decode(buf) else {
         return Start::Done;
     };
@@ -451,6 +451,18 @@ async fn connection(mut s: UnixStream, later: Later, c: Conn) -> io::Result<()> 
             return r;
         }
         Later::Request(h, req) => (h, req),
+        Later::Header(mut buf, have) => {
+            let deadline = tokio::time::Instant::from_std(c.t0) + c.permit.header_timeout();
+            let rest = s.read_exact(&mut buf[have..]);
+            let Ok(read) = tokio::time::timeout_at(deadline, rest).await else {
+                return Ok(());
+            };
+            read?;
+            let Some(d) = decode(&buf) else {
+                return Ok(());
+            };
+            d
+        }
     };
     let r = answer(&mut s, &c.registry, &c.config_dump, &c.status, &h, req).await;
     answered(&h, r.as_ref().copied(), c.t0);
