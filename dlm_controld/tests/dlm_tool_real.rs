@@ -272,6 +272,13 @@ fn raw_sockets(ns: &str) {
         assert!(whole_dump.len() > 96, "a header and the table");
         let late = in_parts(&dump, &[10]);
         assert_eq!(late, whole_dump, "DUMP_PLOCKS answered alike both ways");
+        // DUMP_STATUS (no reply header: its records to the end) whole and in parts
+        let status = dlm_proto::query::Request::DumpStatus.encode();
+        for answer in [ask(&status), in_parts(&status, &[10])] {
+            let (first, used) = dlm_proto::query::StateRecord::decode(&answer).expect("record");
+            assert_eq!(first.kind, dlm_proto::query::StateType::Daemon);
+            assert!(used < answer.len(), "the nodes' records follow");
+        }
         let req = dlm_proto::query::Request::SetConfig {
             text: b"drop_resources_count=9 ".to_vec(),
         };

@@ -78,7 +78,7 @@ async fn accept(l: &Listener) -> io::Result<StdStream> {
 }
 
 /// Accepts forever. A request whose answer needs no lockspace task (the published
-/// reports, the configuration, the runs) is answered on this thread, as C answers: at once
+/// reports, the daemon's status, the configuration, the runs) is answered on this thread, as C answers: at once
 /// when its header is there at accept, else by a task here that waits for the header (a
 /// client that connects and then writes is served at this thread's priority, not queued
 /// behind the load on an ordinary thread). Any other connection gets a task of its own on
@@ -218,11 +218,9 @@ fn answer_now(s: &StdStream, buf: &[u8; HEADER_SIZE], have: usize, c: &Conn) -> 
     let Some((h, req)) = decode(buf) else {
         return Start::Done;
     };
-    let Some((reply, payload)) = reply_now(&c.registry, &c.config_dump, &c.status, &req) else {
+    let Some(mut bytes) = bytes_now(c, &h, &req) else {
         return Start::Later(Later::Request(h, req));
     };
-    let mut bytes = reply_header(&h, reply, payload.len()).encode().to_vec();
-    bytes.extend_from_slice(&payload);
     let sent = write_now(s, &bytes);
     if sent < bytes.len() {
         bytes.drain(..sent);
@@ -247,6 +245,19 @@ fn write_now(s: &StdStream, bytes: &[u8]) -> usize {
         }
     }
     sent
+}
+
+/// The whole answer to `req`, as it goes on the socket, if it needs no lockspace task and
+/// is short; `None` for the others.
+fn bytes_now(c: &Conn, h: &DlmcHeader, req: &Request) -> Option<Vec<u8>> {
+    // DUMP_STATUS has no reply header: its records, to the end of the stream
+    if matches!(req, Request::DumpStatus) {
+        return Some(status_bytes(&c.status));
+    }
+    let (reply, payload) = reply_now(&c.registry, &c.config_dump, &c.status, req)?;
+    let mut bytes = reply_header(h, reply, payload.len()).encode().to_vec();
+    bytes.extend_from_slice(&payload);
+    Some(bytes)
 }
 
 /// The answer to `req` if it needs no lockspace task and is short (every report it reads
@@ -543,6 +554,12 @@ fn no_lockspace(command: Command, payload_len: usize) -> Reply {
 
 /// DUMP_STATUS: a stream of dlmc_state records without a header, then close.
 async fn dump_status(s: &mut UnixStream, status: &SharedStatus) -> io::Result<()> {
+    s.write_all(&status_bytes(status)).await?;
+    s.shutdown().await
+}
+
+/// DUMP_STATUS's records (one per node this daemon knows and the daemon's own), encoded.
+fn status_bytes(status: &SharedStatus) -> Vec<u8> {
     let recs = status
         .lock()
         .map(|st| st.records(crate::clock::monotonic_secs()))
@@ -551,8 +568,7 @@ async fn dump_status(s: &mut UnixStream, status: &SharedStatus) -> io::Result<()
     for r in &recs {
         r.encode_into(&mut out);
     }
-    s.write_all(&out).await?;
-    s.shutdown().await
+    out
 }
 
 /// NODE_INFO from the lockspace's report (`None`: no such lockspace).
