@@ -78,12 +78,13 @@ async fn accept(l: &Listener) -> io::Result<StdStream> {
 }
 
 /// Accepts forever. A request whose answer needs no lockspace task (the published
-/// reports, the daemon's status, the configuration, the runs) is answered on this thread, as C answers: at once
-/// when its header is there at accept, else by a task here that waits for the header (a
-/// client that connects and then writes is served at this thread's priority, not queued
-/// behind the load on an ordinary thread). Any other connection gets a task of its own on
-/// `conns`'s runtime (`main_task::spawn_conns`: an ordinary thread, not held to this one's
-/// CPU budget), where long answers (plock dumps) and slow readers are served.
+/// reports, the daemon's status, the configuration, the runs) is answered on this thread,
+/// as C answers: at once when its header is there at accept, else by a task here that
+/// waits once for the header (a client that connects and then writes is served at this
+/// thread's priority, not queued behind the load on an ordinary thread). Any other
+/// connection gets a task of its own on `conns`'s runtime (`main_task::spawn_conns`: an
+/// ordinary thread, not held to this one's CPU budget), where long answers (plock dumps),
+/// headers sent in pieces and slow readers are served.
 pub(crate) async fn serve(
     listener: Listener,
     gate: Gate,
@@ -140,7 +141,7 @@ impl Conn {
 
 /// On the clients thread: one wait for the rest of the header (`dlm_tool` writes it whole,
 /// just after its connect), within the permit's header timeout; then as [`at_once`]. A
-/// header still short after it goes on on `conns`'s runtime, so a client that sends its
+/// header still short after it is read on `conns`'s runtime, so a client that sends its
 /// request a few bytes at a time wakes this thread at most twice.
 async fn header_then_answer(stream: StdStream, mut buf: [u8; HEADER_SIZE], have: usize, c: Conn) {
     let Ok(s) = UnixStream::from_std(stream) else {
