@@ -125,6 +125,12 @@ struct Conn {
 }
 
 impl Conn {
+    /// When the whole header must be there: the permit's timeout, counted from the accept
+    /// on whichever thread reads it.
+    fn header_deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.t0) + self.permit.header_timeout()
+    }
+
     /// The connection's task on `conns`'s runtime, registered with its reactor there.
     fn hand_off(self, stream: StdStream, later: Later) {
         let conns = self.conns.clone();
@@ -147,8 +153,7 @@ async fn header_then_answer(stream: StdStream, mut buf: [u8; HEADER_SIZE], have:
     let Ok(s) = UnixStream::from_std(stream) else {
         return;
     };
-    let deadline = tokio::time::Instant::from_std(c.t0) + c.permit.header_timeout();
-    let read = tokio::time::timeout_at(deadline, read_more(&s, &mut buf[have..])).await;
+    let read = tokio::time::timeout_at(c.header_deadline(), read_more(&s, &mut buf[have..])).await;
     let Ok(Ok(n)) = read else {
         return;
     };
@@ -464,9 +469,8 @@ async fn connection(mut s: UnixStream, later: Later, c: Conn) -> io::Result<()> 
         }
         Later::Request(h, req) => (h, req),
         Later::Header(mut buf, have) => {
-            let deadline = tokio::time::Instant::from_std(c.t0) + c.permit.header_timeout();
             let rest = s.read_exact(&mut buf[have..]);
-            let Ok(read) = tokio::time::timeout_at(deadline, rest).await else {
+            let Ok(read) = tokio::time::timeout_at(c.header_deadline(), rest).await else {
                 return Ok(());
             };
             read?;
