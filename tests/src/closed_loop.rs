@@ -502,7 +502,106 @@ impl PerfCounts {
 
 #[cfg(test)]
 mod tests {
-    use super::chosen;
+    use std::collections::BTreeMap;
+    use std::os::fd::AsRawFd;
+    use std::path::Path;
+    use std::thread::JoinHandle;
+
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr};
+    use nix::sys::socket::{connect, recv, send, socket};
+
+    use super::{LockUnlock, PlockInfo, PlockOp, chosen, drive};
+    use crate::FakeKernel;
+
+    /// A daemon stand-in on the plock device under `root`: each request answered rv 0, in
+    /// the order read — or, with `swap`, each two read within 50 ms of each other answered
+    /// the second first. Returns, once the device closes, the last request of each owner.
+    fn answering(root: &Path, swap: bool) -> JoinHandle<BTreeMap<u64, PlockInfo>> {
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        let addr = UnixAddr::new(&root.join("dev/misc/dlm_plock")).expect("path");
+        connect(fd.as_raw_fd(), &addr).expect("the fake kernel's device");
+        std::thread::spawn(move || {
+            let answer = |info: &PlockInfo| {
+                let mut r = *info;
+                r.rv = 0;
+                send(fd.as_raw_fd(), &r.encode(), MsgFlags::MSG_NOSIGNAL).is_ok()
+            };
+            let (mut last, mut held) = (BTreeMap::new(), None::<PlockInfo>);
+            loop {
+                let mut fds = [PollFd::new(
+                    std::os::fd::AsFd::as_fd(&fd),
+                    PollFlags::POLLIN,
+                )];
+                if poll(&mut fds, PollTimeout::from(50u16)).unwrap_or(0) == 0 {
+                    held.take().map(|h| answer(&h));
+                    continue;
+                }
+                let mut buf = [0u8; 128];
+                let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).unwrap_or(0);
+                let Ok(info) = PlockInfo::decode(&buf[..n]) else {
+                    return last;
+                };
+                last.insert(info.owner, info);
+                match held.take() {
+                    Some(first) => {
+                        answer(&info);
+                        answer(&first);
+                    }
+                    None if swap => held = Some(info),
+                    None => {
+                        answer(&info);
+                    }
+                }
+            }
+        })
+    }
+
+    /// Drives four processes, each on a file of its own, against `answering(swap)` for
+    /// 0.3 s: what the driver measured and the last request of each process.
+    fn drive_four(swap: bool) -> (super::Drive, BTreeMap<u64, PlockInfo>) {
+        let dir = std::env::temp_dir().join(format!("dlm-drive-{}-{swap}", std::process::id()));
+        let k = FakeKernel::start(&dir).expect("fake kernel");
+        let stand_in = answering(&dir, swap);
+        let script = LockUnlock(|p, _| (1000 + p, 0, 9, false));
+        let d = drive(&k, 7, &script, 100, 4, 0.3).expect("every request answered");
+        drop(k);
+        let last = stand_in.join().expect("the stand-in");
+        let _ = std::fs::remove_dir_all(&dir);
+        (d, last)
+    }
+
+    #[test]
+    fn the_driver_counts_replies_in_order_and_unlocks_everything_at_the_end() {
+        let (d, last) = drive_four(false);
+        assert!(d.ops > 0);
+        assert_eq!(d.latencies.len() as u64, d.ops);
+        assert_eq!(d.out_of_order, 0);
+        assert_eq!(
+            last.keys().copied().collect::<Vec<_>>(),
+            vec![100, 101, 102, 103]
+        );
+        for (owner, r) in &last {
+            assert_eq!(
+                (r.op, r.number, r.start, r.end),
+                (PlockOp::UNLOCK, 1000 + owner - 100, 0, u64::MAX),
+                "process {owner} ends with the unlock of its whole file"
+            );
+        }
+    }
+
+    #[test]
+    fn the_driver_counts_non_blocking_replies_out_of_request_order() {
+        let (d, _) = drive_four(true);
+        assert!(d.ops > 0);
+        assert!(d.out_of_order > 0, "{} ops, none out of order", d.ops);
+    }
 
     #[test]
     fn the_benches_pick_entries_by_their_index_digits() {
