@@ -460,6 +460,57 @@ fn print_run(round: usize, case: &str, kind: &str, r: &Run) {
     eprintln!("run {round}: {case} · {kind}: {:.0} ops/s{ls}", r.ops_s);
 }
 
+/// `VS_PIN=1`: each run's daemon on the last CPU this bench may use and the driver on the
+/// first, so the scheduler cannot put them on one CPU. The fake kernel's device is a
+/// socket, whose wake-ups tell the scheduler the waker is about to sleep and so draw the
+/// woken one onto the waker's CPU; the real kernel's device wakes either side without that
+/// hint.
+pub fn pinned() -> bool {
+    std::env::var("VS_PIN").is_ok_and(|v| v == "1") && allowed().len() > 1
+}
+
+/// The CPUs this process could use when first asked (before any pin narrowed them).
+fn allowed() -> &'static [usize] {
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(|| {
+        let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
+        (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_some_and(|s| s.is_set(c).unwrap_or(false)))
+            .collect()
+    })
+}
+
+/// Pins every thread of process `pid` (the calling thread with 0) to the last CPU of
+/// [`allowed`] (`daemon`) or to its first; whether the process's first thread took it. A
+/// thread under `SCHED_DEADLINE` (our clients thread) keeps every CPU: the kernel refuses
+/// it a narrower set.
+pub fn pin(pid: u32, daemon: bool) -> bool {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    use nix::unistd::Pid;
+    let cpus = allowed();
+    let cpu = if daemon { cpus.last() } else { cpus.first() };
+    let mut set = CpuSet::new();
+    if cpu.is_none_or(|&c| set.set(c).is_err()) {
+        return false;
+    }
+    let mut tids: Vec<i32> = if pid == 0 {
+        vec![0]
+    } else {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    tids.sort_unstable();
+    let took: Vec<bool> = tids
+        .into_iter()
+        .map(|t| sched_setaffinity(Pid::from_raw(t), &set).is_ok())
+        .collect();
+    took.first().copied().unwrap_or(false)
+}
+
 /// `perf stat` of process `pid` for `secs` (software events: this machine's VMs have no
 /// hardware counters): started by [`PerfCounts::start`], read by [`PerfCounts::finish`].
 #[derive(Debug)]
@@ -601,6 +652,28 @@ mod tests {
         let (d, _) = drive_four(true);
         assert!(d.ops > 0);
         assert!(d.out_of_order > 0, "{} ops, none out of order", d.ops);
+    }
+
+    #[test]
+    fn a_pinned_thread_runs_on_one_cpu_and_the_set_it_came_from_is_kept() {
+        let before = super::allowed().to_vec();
+        std::thread::spawn(move || {
+            assert!(super::pin(0, true));
+            let now = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("mask");
+            let on: Vec<usize> = before
+                .iter()
+                .copied()
+                .filter(|&c| now.is_set(c).unwrap_or(false))
+                .collect();
+            assert_eq!(on, before.last().copied().into_iter().collect::<Vec<_>>());
+            assert_eq!(
+                super::allowed(),
+                before,
+                "a pin does not narrow what may be used"
+            );
+        })
+        .join()
+        .expect("the pinned thread");
     }
 
     #[test]

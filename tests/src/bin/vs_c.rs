@@ -24,8 +24,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    BenchCase, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, exit_code,
-    probe_queries, start_daemon_of,
+    BenchCase, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, exit_code, pin,
+    pinned, probe_queries, start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
@@ -83,6 +83,9 @@ fn stand_in(root: &Path) -> Option<std::thread::JoinHandle<()>> {
     let addr = UnixAddr::new(&root.join("dev/misc/dlm_plock")).ok()?;
     connect(fd.as_raw_fd(), &addr).ok()?;
     Some(std::thread::spawn(move || {
+        if pinned() {
+            pin(0, true);
+        }
         let mut buf = [0u8; 128];
         while let Ok(n) = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {
             let Ok(mut info) = PlockInfo::decode(&buf[..n]) else {
@@ -117,6 +120,14 @@ fn start(cs: &Corosync, base: &Path, shim: &Path, kind: Kind, n: usize) -> Optio
             None,
         ),
     };
+    if pinned() {
+        // the driver (this thread, and the prober it spawns) on the first CPU
+        let daemon = daemon.as_ref().is_none_or(|d| pin(d.0.id(), true));
+        if !daemon || !pin(0, false) {
+            eprintln!("VS_PIN: cannot pin the run's threads");
+            return None;
+        }
+    }
     Some(Setup {
         root,
         kind,
