@@ -480,8 +480,9 @@ fn allowed() -> &'static [usize] {
     })
 }
 
-/// Pins every thread of process `pid` (the calling thread with 0) to the last CPU of
-/// [`allowed`] (`daemon`) or to its first; whether the process's first thread took it. A
+/// Pins every thread of process `pid` (the calling thread with 0) to the last CPU this
+/// process could use when first asked (`daemon`) or to the first; whether the process's
+/// first thread took it. A
 /// thread under `SCHED_DEADLINE` (our clients thread) keeps every CPU: the kernel refuses
 /// it a narrower set.
 pub fn pin(pid: u32, daemon: bool) -> bool {
