@@ -482,9 +482,8 @@ fn allowed() -> &'static [usize] {
 
 /// Pins every thread of process `pid` (the calling thread with 0) to the last CPU this
 /// process could use when first asked (`daemon`) or to the first; whether the process's
-/// first thread took it. A
-/// thread under `SCHED_DEADLINE` (our clients thread) keeps every CPU: the kernel refuses
-/// it a narrower set.
+/// first thread took it. A thread under `SCHED_DEADLINE` (our clients thread) keeps every
+/// CPU: the kernel refuses it a narrower set.
 pub fn pin(pid: u32, daemon: bool) -> bool {
     use nix::sched::{CpuSet, sched_setaffinity};
     use nix::unistd::Pid;
@@ -505,11 +504,12 @@ pub fn pin(pid: u32, daemon: bool) -> bool {
             .unwrap_or_default()
     };
     tids.sort_unstable();
-    let took: Vec<bool> = tids
-        .into_iter()
-        .map(|t| sched_setaffinity(Pid::from_raw(t), &set).is_ok())
-        .collect();
-    took.first().copied().unwrap_or(false)
+    let mut first = None;
+    for t in tids {
+        let took = sched_setaffinity(Pid::from_raw(t), &set).is_ok();
+        first.get_or_insert(took);
+    }
+    first.unwrap_or(false)
 }
 
 /// `perf stat` of process `pid` for `secs` (software events: this machine's VMs have no
@@ -555,30 +555,22 @@ impl PerfCounts {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsFd, AsRawFd};
     use std::path::Path;
     use std::thread::JoinHandle;
 
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr};
-    use nix::sys::socket::{connect, recv, send, socket};
+    use nix::sys::socket::{MsgFlags, recv, send};
 
     use super::{LockUnlock, PlockInfo, PlockOp, chosen, drive};
     use crate::FakeKernel;
+    use crate::fake_kernel::daemon_end;
 
     /// A daemon stand-in on the plock device under `root`: each request answered rv 0, in
     /// the order read — or, with `swap`, each two read within 50 ms of each other answered
     /// the second first. Returns, once the device closes, the last request of each owner.
     fn answering(root: &Path, swap: bool) -> JoinHandle<BTreeMap<u64, PlockInfo>> {
-        let fd = socket(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .expect("socket");
-        let addr = UnixAddr::new(&root.join("dev/misc/dlm_plock")).expect("path");
-        connect(fd.as_raw_fd(), &addr).expect("the fake kernel's device");
+        let fd = daemon_end(root).expect("the fake kernel's device");
         std::thread::spawn(move || {
             let answer = |info: &PlockInfo| {
                 let mut r = *info;
@@ -587,12 +579,11 @@ mod tests {
             };
             let (mut last, mut held) = (BTreeMap::new(), None::<PlockInfo>);
             loop {
-                let mut fds = [PollFd::new(
-                    std::os::fd::AsFd::as_fd(&fd),
-                    PollFlags::POLLIN,
-                )];
+                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
                 if poll(&mut fds, PollTimeout::from(50u16)).unwrap_or(0) == 0 {
-                    held.take().map(|h| answer(&h));
+                    if let Some(h) = held.take() {
+                        answer(&h);
+                    }
                     continue;
                 }
                 let mut buf = [0u8; 128];

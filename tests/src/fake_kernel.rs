@@ -35,8 +35,8 @@ use dlm_proto::kernel::{PlockInfo, Uevent, UeventAction};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::socket::{
-    AddressFamily, Backlog, MsgFlags, SockFlag, SockType, UnixAddr, accept, bind, listen, recv,
-    send, socket,
+    AddressFamily, Backlog, MsgFlags, SockFlag, SockType, UnixAddr, accept, bind, connect, listen,
+    recv, send, socket,
 };
 
 /// One observed kernel-interface operation, with paths relative to the root.
@@ -135,16 +135,31 @@ const DEVICES: [(&str, &str); 4] = [
     ("uevent", "run/dlm_controld/uevent.sock"),
 ];
 
-fn listener(path: &Path) -> io::Result<OwnedFd> {
-    let _ = fs::remove_file(path);
-    let fd = socket(
+fn seqpacket() -> io::Result<OwnedFd> {
+    Ok(socket(
         AddressFamily::Unix,
         SockType::SeqPacket,
         SockFlag::SOCK_CLOEXEC,
         None,
-    )?;
+    )?)
+}
+
+fn listener(path: &Path) -> io::Result<OwnedFd> {
+    let _ = fs::remove_file(path);
+    let fd = seqpacket()?;
     bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
     listen(&fd, Backlog::new(4).map_err(io::Error::from)?)?;
+    Ok(fd)
+}
+
+/// The plock device under `root`, opened as a daemon opens it (for a stand-in that
+/// answers in a daemon's place).
+pub fn daemon_end(root: &Path) -> io::Result<OwnedFd> {
+    let fd = seqpacket()?;
+    connect(
+        fd.as_raw_fd(),
+        &UnixAddr::new(&root.join("dev/misc/dlm_plock"))?,
+    )?;
     Ok(fd)
 }
 

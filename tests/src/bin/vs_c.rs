@@ -15,7 +15,7 @@
 #[allow(clippy::all, missing_debug_implementations)]
 mod support;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use dlm_tests::closed_loop::{
     BenchCase, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, exit_code, pin,
     pinned, probe_queries, start_daemon_of,
 };
+use dlm_tests::fake_kernel::daemon_end;
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
 
@@ -71,17 +72,8 @@ impl Case {
 
 /// A daemon stand-in on the fake kernel's plock device: every request answered rv 0 at once.
 fn stand_in(root: &Path) -> Option<std::thread::JoinHandle<()>> {
-    use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr};
-    use nix::sys::socket::{connect, recv, send, socket};
-    let fd: OwnedFd = socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .ok()?;
-    let addr = UnixAddr::new(&root.join("dev/misc/dlm_plock")).ok()?;
-    connect(fd.as_raw_fd(), &addr).ok()?;
+    use nix::sys::socket::{MsgFlags, recv, send};
+    let fd = daemon_end(root).ok()?;
     Some(std::thread::spawn(move || {
         if pinned() {
             pin(0, true);
