@@ -259,6 +259,8 @@ pub struct Lockspace {
     node_lists: BTreeMap<i32, u32>,
     /// Resources with one inline lock.
     ones: usize,
+    /// Granted lock fragments of `our_nodeid`'s processes, inline or in the arena.
+    our_locks: usize,
     /// Resources with candidates left for a later pass (put back behind a pass, or
     /// restored): a purge runs their pass.
     dirty: BTreeSet<u64>,
@@ -300,6 +302,7 @@ impl Lockspace {
             by_node: BTreeSet::new(),
             node_lists: BTreeMap::new(),
             ones: 0,
+            our_locks: 0,
             dirty: BTreeSet::new(),
             next_created: 0,
             scratch: Vec::new(),
@@ -336,6 +339,12 @@ impl Lockspace {
     /// Granted lock fragments in the table.
     pub fn lock_count(&self) -> usize {
         self.locks.live() + self.ones
+    }
+
+    /// Granted lock fragments held by this node's processes (O(1)): what a node bounds
+    /// before it asks for more (`plock_locks_max` in the daemon).
+    pub fn our_lock_count(&self) -> usize {
+        self.our_locks
     }
 
     /// Waiters in the table.
@@ -570,6 +579,35 @@ impl Lockspace {
             rep.rv = 1;
         }
         Reply { info: rep }
+    }
+
+    /// An UNLOCK of `info`'s range would cut one of its owner's fragments in two: the one
+    /// way an unlock adds a lock. Walks the fragments overlapping the range (for a node at
+    /// its bound, not the hot path).
+    pub fn unlock_splits(&self, info: &PlockInfo) -> bool {
+        let Some(r) = self.find(info.number) else {
+            return false;
+        };
+        let cuts = |start: u64, end: u64, l: &Lock| {
+            l.nodeid == info.nodeid
+                && l.owner == info.owner
+                && matches!(
+                    overlap_type(info.start, info.end, start, end),
+                    Overlap::Inside
+                )
+        };
+        match &self.res(r).body {
+            Body::One(o) => cuts(o.start, o.end, &o.lock),
+            Body::Full(f) => {
+                let mut found = Vec::new();
+                self.locks
+                    .overlapping(&f.locks, info.start, info.end, &mut found);
+                found.into_iter().any(|s| {
+                    let (start, end) = self.locks.range(s);
+                    cuts(start, end, self.locks.get(s))
+                })
+            }
+        }
     }
 
     /// CANCEL (upstream, after 4.2): removes the first waiter equal on nodeid, fsid,

@@ -143,9 +143,22 @@ impl Cluster {
             let mut want = Vec::new();
             match (step, msg) {
                 (_, Some(msg)) => {
+                    let split = split_check(e, &msg, now);
                     e.apply(now, msg.nodeid as u32, &msg, &mut got)
                         .map_err(|x| TestCaseError::fail(x.to_string()))?;
                     m.apply(&msg, &mut want);
+                    if let Some((splits, before)) = split {
+                        let after = owner_locks(e, &msg, now);
+                        prop_assert_eq!(
+                            after > before,
+                            splits,
+                            "{:?}: {} -> {}",
+                            msg,
+                            before,
+                            after
+                        );
+                        prop_assert!(after <= before + 1);
+                    }
                 }
                 (Step::Purge(n), None) => {
                     e.purge_node(now, *n, &mut got);
@@ -162,6 +175,11 @@ impl Cluster {
                 m.our,
                 step
             );
+            let ours = e
+                .dump(now)
+                .filter(|d| !d.waiting && d.nodeid == m.our)
+                .count();
+            prop_assert_eq!(e.our_lock_count(), ours, "node {} after {:?}", m.our, step);
         }
         let d0 = self.engines[0].digest();
         for e in &self.engines[1..] {
@@ -169,6 +187,24 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// For an UNLOCK whose owner has no waiter on its file: whether the engine says it cuts a
+/// fragment in two, and the owner's fragments there before it.
+fn split_check(e: &Lockspace, msg: &PlockInfo, now: u64) -> Option<(bool, usize)> {
+    let waits = e.dump(now).any(|d| {
+        d.waiting && d.number == msg.number && d.nodeid == msg.nodeid && d.owner == msg.owner
+    });
+    (msg.op == PlockOp::UNLOCK && !waits).then(|| (e.unlock_splits(msg), owner_locks(e, msg, now)))
+}
+
+/// The granted fragments of `msg`'s owner on its file.
+fn owner_locks(e: &Lockspace, msg: &PlockInfo, now: u64) -> usize {
+    e.dump(now)
+        .filter(|d| {
+            !d.waiting && d.number == msg.number && d.nodeid == msg.nodeid && d.owner == msg.owner
+        })
+        .count()
 }
 
 /// 256 cases, or `DLM_MODEL_CASES` for a longer soak.
@@ -207,6 +243,12 @@ proptest! {
         }
         prop_assert_eq!(joiner.digest(), c.engines[0].digest());
         prop_assert_eq!(joiner.dump_text(), c.engines[0].dump_text());
+        // node 1 restored from the same chunks counts its own locks as it did
+        let mut again = Lockspace::new(NODES[0], FSID, 0xbeef);
+        for ch in &chunks {
+            again.restore(1000, ch.resource, ch.entries()).map_err(|x| TestCaseError::fail(x.to_string()))?;
+        }
+        prop_assert_eq!(again.our_lock_count(), c.engines[0].our_lock_count());
         // the joiner then behaves like the others: a purge of every node grants the same
         let mut a = Vec::new();
         let mut b = Vec::new();

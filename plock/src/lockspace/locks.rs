@@ -26,12 +26,14 @@ impl Lockspace {
         };
         let f = full_of(&mut self.resources, r);
         self.locks.push_back(&mut f.locks, start, end, lock);
+        self.count_held(req.nodeid, true);
         self.count_entry(r, req.nodeid, true);
     }
 
     pub(super) fn del_lock(&mut self, r: u32, s: Slot) {
         let f = full_of(&mut self.resources, r);
         let lock = self.locks.remove(&mut f.locks, s);
+        self.count_held(lock.nodeid, false);
         self.count_entry(r, lock.nodeid, false);
     }
 

@@ -210,6 +210,7 @@ impl Lockspace {
             return;
         };
         let node = o.lock.nodeid;
+        self.count_held(node, true);
         let head = self.node_lists.get(&node).copied().unwrap_or(NIL);
         {
             let res = self.res_mut(r);
@@ -228,6 +229,7 @@ impl Lockspace {
             Body::One(o) => (o.lock.nodeid, self.res(r).node_prev, self.res(r).node_next),
             Body::Full(_) => return,
         };
+        self.count_held(node, false);
         if prev == NIL {
             if next == NIL {
                 self.node_lists.remove(&node);
@@ -255,6 +257,7 @@ impl Lockspace {
         self.res_mut(r).body = Body::Full(Box::default());
         let f = full_of(&mut self.resources, r);
         self.locks.push_back(&mut f.locks, o.start, o.end, o.lock);
+        self.count_held(o.lock.nodeid, true);
         self.count_entry(r, o.lock.nodeid, true);
     }
 
@@ -275,6 +278,7 @@ impl Lockspace {
             let s = f.locks.head();
             let (start, end) = self.locks.range(s);
             let lock = self.locks.remove(&mut f.locks, s);
+            self.count_held(lock.nodeid, false);
             self.count_entry(r, lock.nodeid, false);
             let res = self.res_mut(r);
             res.body = Body::One(OneLock { start, end, lock });
@@ -329,6 +333,19 @@ impl Lockspace {
             }
         } else if f.nodes.dec(nodeid) {
             self.by_node.remove(&(nodeid, created, r));
+        }
+    }
+
+    /// A granted lock of `nodeid` came (`add`) or went, inline or in the arena: counted
+    /// when it is ours ([`Lockspace::our_lock_count`]).
+    pub(super) fn count_held(&mut self, nodeid: i32, add: bool) {
+        if nodeid != self.our_nodeid {
+            return;
+        }
+        if add {
+            self.our_locks += 1;
+        } else {
+            self.our_locks -= 1;
         }
     }
 }

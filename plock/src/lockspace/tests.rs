@@ -351,6 +351,7 @@ fn a_replaced_resource_decides_like_its_source() {
             a.lock_count() + a.waiter_count(),
             b.lock_count() + b.waiter_count()
         );
+        assert_eq!(a.our_lock_count(), b.our_lock_count(), "round {round}");
         for step in 0..100 {
             out_a.clear();
             out_b.clear();
@@ -359,6 +360,7 @@ fn a_replaced_resource_decides_like_its_source() {
             b.apply(1, n, &i, &mut out_b).expect("apply");
             assert_eq!(out_a, out_b, "round {round} step {step}");
             assert_eq!(a.digest(), b.digest(), "round {round} step {step}");
+            assert_eq!(a.our_lock_count(), b.our_lock_count());
         }
     }
 }
