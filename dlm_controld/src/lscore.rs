@@ -247,6 +247,11 @@ pub struct LsCore {
     generation: u64,
     /// A local decision is being applied (its reply is the last one expected).
     deciding: bool,
+    /// `plock_locks_max`: the most granted locks our processes may hold here (0: no bound).
+    locks_max: usize,
+    /// Requests refused at `locks_max` since the last line that said so, and when that line
+    /// was logged (ms).
+    over_max: (u64, Option<u64>),
 }
 
 impl LsCore {
@@ -293,6 +298,8 @@ impl LsCore {
             owners_in_cycle: 0,
             generation: 0,
             deciding: false,
+            locks_max: 0,
+            over_max: (0, None),
         }
     }
 
@@ -329,6 +336,12 @@ impl LsCore {
     /// turned on). A lockspace detects deadlocks while every started member offers it.
     pub fn set_deadlock_detect(&mut self, on: bool) {
         self.mem.set_deadlock(on);
+    }
+
+    /// `plock_locks_max`: once our processes hold `max` granted locks here, a request that
+    /// would add one is refused -ENOLCK on this node (0: no bound).
+    pub fn set_locks_max(&mut self, max: usize) {
+        self.locks_max = max;
     }
 
     /// Native mode's counts so far.
@@ -650,11 +663,56 @@ impl LsCore {
         self.order.expect(info);
         if self.need_plocks {
             self.unsent.push(*info);
+        } else if self.over_locks_max(info) {
+            self.refuse_over_max(now_ms, info, out);
         } else if self.can_decide(info.number) {
             self.decide(now_ms, info, out);
         } else {
             self.send_request(now_ms, info, out);
         }
+    }
+
+    /// Our processes hold `locks_max` granted locks here and `info` would add one: a LOCK,
+    /// or an UNLOCK that cuts a fragment in two. (Requests of ours still in CPG are not
+    /// counted: the table may pass the bound by the few the backlog lets through.)
+    fn over_locks_max(&self, info: &PlockInfo) -> bool {
+        use dlm_proto::kernel::PlockOp;
+        self.locks_max != 0
+            && self.plocks.our_lock_count() >= self.locks_max
+            && match info.op {
+                PlockOp::LOCK => true,
+                PlockOp::UNLOCK => !info.flags.close() && self.plocks.unlock_splits(info),
+                _ => false,
+            }
+    }
+
+    /// Answers `info` -ENOLCK here, in its place among the replies, and says so at most
+    /// once a second with the count since the last line.
+    fn refuse_over_max(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
+        self.deciding = true;
+        self.reply(
+            PlockInfo {
+                rv: -dlm_proto::errno::ENOLCK,
+                ..*info
+            },
+            out,
+        );
+        self.deciding = false;
+        let (refused, said) = &mut self.over_max;
+        *refused += 1;
+        if said.is_some_and(|t| now_ms.saturating_sub(t) < 1000) {
+            return;
+        }
+        tracing::warn!(
+            "{} plock requests refused -ENOLCK: this node's processes hold {} locks here \
+             (plock_locks_max {}); {} refused since the last such line",
+            self.name,
+            self.plocks.our_lock_count(),
+            self.locks_max,
+            refused
+        );
+        *said = Some(now_ms);
+        *refused = 0;
     }
 
     /// We may decide a request for `number` here: native, started, ours, nobody waiting

@@ -347,7 +347,7 @@ pub const CONDITIONS: [&str; 5] = ["ringid", "quorum", "fencing", "fsdone", "mes
 pub const OPS: [&str; 5] = ["lock", "unlock", "get", "cancel", "other"];
 
 /// The `result` label values of `dlm_plock_replies_total`.
-pub const RESULTS: [&str; 5] = ["ok", "eagain", "conflict", "enoent", "error"];
+pub const RESULTS: [&str; 6] = ["ok", "eagain", "conflict", "enoent", "enolck", "error"];
 
 /// Index in [`OPS`] of a plock request's op.
 pub fn op_index(op: dlm_proto::kernel::PlockOp) -> usize {
@@ -363,13 +363,14 @@ pub fn op_index(op: dlm_proto::kernel::PlockOp) -> usize {
 
 /// Index in [`RESULTS`] of a plock reply.
 pub fn result_index(op: dlm_proto::kernel::PlockOp, rv: i32) -> usize {
-    use dlm_proto::errno::{EAGAIN, ENOENT};
+    use dlm_proto::errno::{EAGAIN, ENOENT, ENOLCK};
     match (op, rv) {
         (dlm_proto::kernel::PlockOp::GET, 1) => 2,
         (_, 0) => 0,
         (_, r) if r == -EAGAIN => 1,
         (_, r) if r == -ENOENT => 3,
-        _ => 4,
+        (_, r) if r == -ENOLCK => 4,
+        _ => 5,
     }
 }
 
@@ -487,12 +488,13 @@ mod tests {
 
     #[test]
     fn labels() {
-        use dlm_proto::errno::{EAGAIN, EINVAL};
+        use dlm_proto::errno::{EAGAIN, EINVAL, ENOLCK};
         use dlm_proto::kernel::PlockOp;
         assert_eq!(OPS[op_index(PlockOp::GET)], "get");
         assert_eq!(RESULTS[result_index(PlockOp::GET, 1)], "conflict");
         assert_eq!(RESULTS[result_index(PlockOp::LOCK, -EAGAIN)], "eagain");
         assert_eq!(RESULTS[result_index(PlockOp::LOCK, 0)], "ok");
         assert_eq!(RESULTS[result_index(PlockOp::UNLOCK, -EINVAL)], "error");
+        assert_eq!(RESULTS[result_index(PlockOp::LOCK, -ENOLCK)], "enolck");
     }
 }

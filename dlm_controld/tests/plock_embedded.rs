@@ -47,9 +47,16 @@ fn reply(k: &FakeKernel) -> PlockInfo {
 /// A daemon (embedded group, `extra` options) on a fake kernel under a fresh directory, in
 /// a network namespace of its own, with lockspace `foo` joined; and foo's fsid.
 fn start(tag: &str, extra: &[&str]) -> (PathBuf, FakeKernel, Netns, Daemon, u32) {
+    start_with(tag, extra, "")
+}
+
+/// The same with `conf` as its dlm.conf.
+fn start_with(tag: &str, extra: &[&str], conf: &str) -> (PathBuf, FakeKernel, Netns, Daemon, u32) {
     let dir: PathBuf = std::env::temp_dir().join(format!("dlm-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
+    std::fs::create_dir_all(dir.join("etc/dlm")).expect("etc/dlm");
+    std::fs::write(dir.join("etc/dlm/dlm.conf"), conf).expect("dlm.conf");
     let ns = Netns::new(tag).expect("netns");
     let d = DaemonBuilder::new(env!("CARGO_BIN_EXE_dlm_controld"), &dir)
         .embedded()
@@ -232,6 +239,36 @@ fn rate_limit_paces_the_reads() {
         "a sixth request was read within the first second ({sixth:?})"
     );
     assert_eq!(numbers, (100..112).collect::<Vec<u64>>());
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `plock_locks_max=2` in dlm.conf: once this node's processes hold two locks in `foo`, a
+/// third LOCK is answered -ENOLCK (fcntl's ENOLCK), and so is an unlock that would cut a
+/// lock in two, while one that only shrinks a lock or frees it goes through; freeing one
+/// makes room again. The refusals are counted among the replies.
+#[test]
+fn a_node_at_plock_locks_max_gets_enolck() {
+    let (dir, k, ns, _d, fsid) = start_with("plmax", &[], "plock_locks_max=2\n");
+    let rv = |op, start, end| {
+        k.send_plock(&req(op, 1, true, false, start, end, fsid))
+            .expect("send");
+        reply(&k).rv
+    };
+    let enolck = -dlm_proto::errno::ENOLCK;
+    assert_eq!(rv(PlockOp::LOCK, 0, 9), 0);
+    assert_eq!(rv(PlockOp::LOCK, 20, 29), 0);
+    assert_eq!(rv(PlockOp::LOCK, 40, 49), enolck, "a third lock");
+    assert_eq!(rv(PlockOp::UNLOCK, 3, 4), enolck, "a cut in two");
+    assert_eq!(rv(PlockOp::UNLOCK, 0, 1), 0, "a shrink");
+    assert_eq!(rv(PlockOp::GET, 40, 49), 0);
+    assert_eq!(rv(PlockOp::UNLOCK, 2, 9), 0, "a free");
+    assert_eq!(rv(PlockOp::LOCK, 40, 49), 0, "room again");
+    let refused = metric_in_ns(
+        &ns.0,
+        "dlm_plock_replies_total{lockspace=\"foo\",result=\"enolck\"}",
+    );
+    assert!((refused - 2.0).abs() < f64::EPSILON, "{refused}");
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -216,6 +216,7 @@ fn errno_values_are_linux_ones() {
             e::EOPNOTSUPP,
             e::ECANCELED,
             e::EDEADLK,
+            e::ENOLCK,
             e::EIO
         ],
         [
@@ -224,6 +225,7 @@ fn errno_values_are_linux_ones() {
             libc::EOPNOTSUPP,
             libc::ECANCELED,
             libc::EDEADLK,
+            libc::ENOLCK,
             libc::EIO
         ]
     );

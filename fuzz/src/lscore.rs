@@ -1,8 +1,9 @@
 //! One lockspace's core (node 1 of nodes 1–3) driven by input bytes, eight per event:
 //! membership changes and rings, our own messages delivered back, other nodes' STARTs,
 //! PLOCK, PLOCKS_DATA and PLOCKS_DONE messages with fuzzed fields, kernel requests, polls
-//! and raw bytes with a valid header or none. Whatever arrives, the core must not panic, and
-//! every kernel request it answers must be one it was given.
+//! and raw bytes with a valid header or none (the first byte also sets `plock_locks_max`,
+//! 0–3). Whatever arrives, the core must not panic, and every kernel request it answers
+//! must be one it was given.
 
 use dlm_controld::lscore::{Action, LsCore, LsEnv};
 use dlm_controld::membership::NoFencing;
@@ -38,6 +39,8 @@ pub fn run(bytes: &[u8]) {
     let name = LockspaceName::new(b"fz").expect("name");
     let gid = global_id(&name);
     let mut core = LsCore::new(name, 1, true, 0x5eed);
+    // `plock_locks_max` from none to 3, so its refusals meet everything else
+    core.set_locks_max(usize::from(bytes.first().copied().unwrap_or(0) % 4));
     let fence = NoFencing;
     let mut members: Vec<u32> = Vec::new();
     let mut ring = 0u64;

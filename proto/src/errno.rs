@@ -17,6 +17,8 @@ pub const EEXIST: i32 = 17;
 pub const EINVAL: i32 = 22;
 /// `EDEADLK`
 pub const EDEADLK: i32 = 35;
+/// `ENOLCK`
+pub const ENOLCK: i32 = 37;
 /// `ENOSPC`
 pub const ENOSPC: i32 = 28;
 /// `ENODATA`

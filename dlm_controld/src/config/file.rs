@@ -103,6 +103,9 @@ pub struct ConfFile {
     /// This build's own `clients_cpu_budget_us=<µs>`: the clients thread's CPU budget per
     /// 10 ms under `SCHED_DEADLINE` (0: an ordinary thread).
     pub clients_cpu_budget_us: Option<u32>,
+    /// This build's own `plock_locks_max=<n>`: the most granted locks this node's processes
+    /// may hold in one lockspace before their new locks are refused -ENOLCK (0: no bound).
+    pub plock_locks_max: Option<u32>,
 }
 
 /// `clients_cpu_budget_us` when dlm.conf does not say: a tenth of one CPU.
@@ -111,6 +114,10 @@ pub const CLIENTS_BUDGET_US_DEFAULT: u32 = 1000;
 const CLIENTS_BUDGET_US_MAX: u32 = 5000;
 /// The smallest budget other than 0 (a query's work fits in it several times).
 const CLIENTS_BUDGET_US_MIN: u32 = 100;
+
+/// `plock_locks_max` when dlm.conf does not say: far above what a node's processes hold
+/// in practice (each lock costs every node about 100 bytes).
+pub const PLOCK_LOCKS_MAX_DEFAULT: u32 = 1_000_000;
 
 /// `plock_native_sync_ms` when dlm.conf does not say.
 pub const NATIVE_SYNC_MS_DEFAULT: u32 = 1000;
@@ -285,6 +292,11 @@ impl Reader {
                     "{key} must be a number of milliseconds from 0 to {NATIVE_SYNC_MS_MAX}"
                 );
                 self.conf.plock_native_sync_ms = Some(ms.ok_or_else(|| l.err(&msg))?);
+                return Ok(true);
+            }
+            "plock_locks_max" => {
+                let msg = format!("{key} must be a number from 0 (no bound) to {}", u32::MAX);
+                self.conf.plock_locks_max = Some(v.parse::<u32>().map_err(|_| l.err(&msg))?);
                 return Ok(true);
             }
             "clients_cpu_budget_us" => {
@@ -529,6 +541,22 @@ connect bar node=1 port=5
             assert!(
                 e.to_string()
                     .contains("clients_cpu_budget_us must be 0 or a number of microseconds"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_locks_bound_is_a_count_or_0() {
+        assert_eq!(parse_conf("").expect("parses").plock_locks_max, None);
+        for (v, want) in [("0", 0), ("1", 1), ("4294967295", u32::MAX)] {
+            let c = parse_conf(&format!("plock_locks_max={v}\n")).expect(v);
+            assert_eq!(c.plock_locks_max, Some(want));
+        }
+        for bad in ["-1", "4294967296", "x", "1k"] {
+            let e = parse_conf(&format!("plock_locks_max={bad}\n")).expect_err(bad);
+            assert!(
+                e.to_string().contains("plock_locks_max must be a number"),
                 "{e}"
             );
         }

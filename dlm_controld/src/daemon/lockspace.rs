@@ -698,6 +698,7 @@ impl Shell {
         ls.core.set_native(ls.ctx.native);
         ls.core.set_deadlock_detect(ls.ctx.deadlock);
         ls.core.set_c_peers_cancel(ls.ctx.c_peers_cancel);
+        ls.core.set_locks_max(ls.ctx.locks_max);
         ls.drain();
         Some(ls)
     }

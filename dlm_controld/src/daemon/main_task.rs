@@ -153,6 +153,14 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         },
         deadlock: st.args.config.file.plock_deadlock_detect.unwrap_or(false),
         c_peers_cancel: st.args.config.file.c_peers_apply_cancel.unwrap_or(false),
+        locks_max: usize::try_from(
+            st.args
+                .config
+                .file
+                .plock_locks_max
+                .unwrap_or(crate::config::PLOCK_LOCKS_MAX_DEFAULT),
+        )
+        .unwrap_or(usize::MAX),
     };
     let sources = Sources {
         uevents,

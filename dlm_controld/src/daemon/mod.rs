@@ -583,6 +583,8 @@ pub(crate) struct LsContext {
     pub(crate) deadlock: bool,
     /// `c_peers_apply_cancel`: our STARTs say the C members apply CANCEL.
     pub(crate) c_peers_cancel: bool,
+    /// `plock_locks_max` (0: no bound).
+    pub(crate) locks_max: usize,
 }
 
 #[cfg(test)]
