@@ -1,0 +1,120 @@
+//! `locks_load [LOCKS [BOUND]]`: one local user takes LOCKS one-byte locks (default
+//! 1,500,000; a thousand per file) through our daemon (embedded group, fake kernel, a
+//! network namespace of its own) with `plock_locks_max=BOUND` in dlm.conf (default
+//! 1,000,000; 0: no bound): how many are granted and refused, and the daemon's resident
+//! memory after each fifth. Needs root; finds `dlm_controld` next to itself. Results:
+//! docs/BENCHMARKS.md.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use dlm_proto::LockspaceName;
+use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
+use dlm_tests::{DaemonBuilder, FakeKernel, Netns, enter_netns};
+
+/// Requests in flight at once.
+const WINDOW: u64 = 256;
+
+fn main() -> ExitCode {
+    let arg = |i: usize, default: u64| {
+        std::env::args()
+            .nth(i)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let (n, bound) = (arg(1, 1_500_000), arg(2, 1_000_000));
+    let Some((k, d, _ns, root)) = start(bound) else {
+        eprintln!("daemon or join failed");
+        return ExitCode::FAILURE;
+    };
+    let Ok(name) = LockspaceName::new(b"big") else {
+        return ExitCode::FAILURE;
+    };
+    let fsid = dlm_proto::wire::global_id(&name);
+    let lock = |i: u64| PlockInfo {
+        version: PLOCK_VERSION,
+        op: PlockOp::LOCK,
+        ex: true,
+        wait: false,
+        flags: PlockFlags(0),
+        pid: 7,
+        nodeid: 0,
+        rv: 0,
+        fsid,
+        number: i / 1000,
+        start: (i % 1000) * 2,
+        end: (i % 1000) * 2,
+        owner: 7,
+    };
+    println!("plock_locks_max={bound}, {n} locks asked for");
+    println!("| asked | granted | refused (ENOLCK) | daemon RSS | requests/s |");
+    println!("|---|---|---|---|---|");
+    let (mut granted, mut refused, mut i) = (0u64, 0u64, 0u64);
+    let fifth = n.div_ceil(5).max(1);
+    let mut t = Instant::now();
+    while i < n {
+        let stop = (i + fifth).min(n);
+        let begun = i;
+        while i < stop {
+            let sent = WINDOW.min(stop - i);
+            for j in i..i + sent {
+                if k.send_plock(&lock(j)).is_err() {
+                    return ExitCode::FAILURE;
+                }
+            }
+            for _ in 0..sent {
+                match k.recv_plock(Duration::from_secs(30)).map(|r| r.rv) {
+                    Some(0) => granted += 1,
+                    Some(rv) if rv == -dlm_proto::errno::ENOLCK => refused += 1,
+                    other => {
+                        eprintln!("unexpected reply {other:?}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            i += sent;
+        }
+        let rate = (i - begun) as f64 / t.elapsed().as_secs_f64();
+        println!(
+            "| {i} | {granted} | {refused} | {} MiB | {rate:.0} |",
+            rss_kib(d.0.id()) / 1024
+        );
+        t = Instant::now();
+    }
+    drop(k);
+    let _ = std::fs::remove_dir_all(&root);
+    ExitCode::SUCCESS
+}
+
+/// The daemon with `plock_locks_max=bound`, lockspace `big` joined.
+fn start(bound: u64) -> Option<(FakeKernel, dlm_tests::Daemon, Netns, std::path::PathBuf)> {
+    let ns = Netns::new("lload").ok()?;
+    enter_netns(&ns.0).ok()?;
+    let root = std::env::temp_dir().join(format!("dlm-lload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let k = FakeKernel::start(&root).ok()?;
+    std::fs::create_dir_all(root.join("etc/dlm")).ok()?;
+    std::fs::write(
+        root.join("etc/dlm/dlm.conf"),
+        format!("plock_locks_max={bound}\n"),
+    )
+    .ok()?;
+    let dir = std::env::current_exe().ok()?.parent()?.to_path_buf();
+    let d = DaemonBuilder::new(dir.join("dlm_controld"), &root)
+        .embedded()
+        .spawn(&ns.0)
+        .ok()?;
+    let t = Duration::from_secs(10);
+    (k.wait_daemon(t) && k.announce("big").unwrap_or(false) && k.wait_joined("big", t))
+        .then_some((k, d, ns, root))
+}
+
+/// VmRSS of process `pid`, KiB (0 if unreadable).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
