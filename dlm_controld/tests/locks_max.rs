@@ -7,8 +7,8 @@ use dlm_controld::membership::NoFencing as NoFence;
 use dlm_cpg::Event;
 use dlm_proto::LockspaceName;
 use dlm_proto::errno::ENOLCK;
-use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-use dlm_proto::wire::global_id;
+use dlm_proto::kernel::{PlockInfo, PlockOp};
+use dlm_tests::foo_request;
 
 fn env(f: &NoFence) -> LsEnv<'_> {
     LsEnv::quorate_unfenced(10_000, f)
@@ -62,19 +62,8 @@ impl One {
     /// A request read from the kernel, and the end of that loop turn (a batch goes out).
     fn request(&mut self, op: PlockOp, start: u64, end: u64) {
         let info = PlockInfo {
-            version: PLOCK_VERSION,
-            op,
-            ex: true,
-            wait: false,
-            flags: PlockFlags(0),
-            pid: 5,
             nodeid: 1,
-            rv: 0,
-            fsid: global_id(&LockspaceName::new(b"foo").expect("name")),
-            number: 9,
-            start,
-            end,
-            owner: 5,
+            ..foo_request(op, 5, 9, false, start, end)
         };
         let mut out = Vec::new();
         self.core.request(10_000, &info, &mut out);

@@ -8,9 +8,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use dlm_proto::LockspaceName;
-use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-use dlm_tests::{DaemonBuilder, FakeKernel, Netns, enter_netns};
+use dlm_proto::kernel::PlockOp;
+use dlm_tests::{DaemonBuilder, FakeKernel, Netns, enter_netns, foo_request};
 
 /// Requests in flight at once.
 const WINDOW: u64 = 256;
@@ -27,24 +26,15 @@ fn main() -> ExitCode {
         eprintln!("daemon or join failed");
         return ExitCode::FAILURE;
     };
-    let Ok(name) = LockspaceName::new(b"big") else {
-        return ExitCode::FAILURE;
-    };
-    let fsid = dlm_proto::wire::global_id(&name);
-    let lock = |i: u64| PlockInfo {
-        version: PLOCK_VERSION,
-        op: PlockOp::LOCK,
-        ex: true,
-        wait: false,
-        flags: PlockFlags(0),
-        pid: 7,
-        nodeid: 0,
-        rv: 0,
-        fsid,
-        number: i / 1000,
-        start: (i % 1000) * 2,
-        end: (i % 1000) * 2,
-        owner: 7,
+    let lock = |i: u64| {
+        foo_request(
+            PlockOp::LOCK,
+            7,
+            i / 1000,
+            false,
+            i % 1000 * 2,
+            i % 1000 * 2,
+        )
     };
     println!("plock_locks_max={bound}, {n} locks asked for");
     println!("| asked | granted | refused (ENOLCK) | daemon RSS | requests/s |");
@@ -86,7 +76,7 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The daemon with `plock_locks_max=bound`, lockspace `big` joined.
+/// The daemon with `plock_locks_max=bound`, lockspace `foo` joined.
 fn start(bound: u64) -> Option<(FakeKernel, dlm_tests::Daemon, Netns, std::path::PathBuf)> {
     let ns = Netns::new("lload").ok()?;
     enter_netns(&ns.0).ok()?;
@@ -105,7 +95,7 @@ fn start(bound: u64) -> Option<(FakeKernel, dlm_tests::Daemon, Netns, std::path:
         .spawn(&ns.0)
         .ok()?;
     let t = Duration::from_secs(10);
-    (k.wait_daemon(t) && k.announce("big").unwrap_or(false) && k.wait_joined("big", t))
+    (k.wait_daemon(t) && k.announce("foo").unwrap_or(false) && k.wait_joined("foo", t))
         .then_some((k, d, ns, root))
 }
 
