@@ -689,15 +689,7 @@ impl LsCore {
     /// Answers `info` -ENOLCK here, in its place among the replies, and says so at most
     /// once a second with the count since the last line.
     fn refuse_over_max(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
-        self.deciding = true;
-        self.reply(
-            PlockInfo {
-                rv: -dlm_proto::errno::ENOLCK,
-                ..*info
-            },
-            out,
-        );
-        self.deciding = false;
+        self.answer_here(info, -dlm_proto::errno::ENOLCK, out);
         let (refused, said) = &mut self.over_max;
         *refused += 1;
         if said.is_some_and(|t| now_ms.saturating_sub(t) < 1000) {
@@ -713,6 +705,13 @@ impl LsCore {
         );
         *said = Some(now_ms);
         *refused = 0;
+    }
+
+    /// Answers `info` with `rv` here, without CPG, in its place among the fsid's replies.
+    fn answer_here(&mut self, info: &PlockInfo, rv: i32, out: &mut Vec<Action>) {
+        self.deciding = true;
+        self.reply(PlockInfo { rv, ..*info }, out);
+        self.deciding = false;
     }
 
     /// We may decide a request for `number` here: native, started, ours, nobody waiting
@@ -841,15 +840,7 @@ impl LsCore {
             // a C member might apply it (4.3) or not (4.2) while our kernel goes on waiting
             // on -EINVAL: multicast nothing and answer as C 4.2 does, the waiter staying
             // on every replica (the process keeps waiting, uninterruptibly, as with C 4.2)
-            self.deciding = true;
-            self.reply(
-                PlockInfo {
-                    rv: -dlm_proto::errno::EINVAL,
-                    ..*info
-                },
-                out,
-            );
-            self.deciding = false;
+            self.answer_here(info, -dlm_proto::errno::EINVAL, out);
             if !std::mem::replace(&mut self.cancel_warned, true) {
                 tracing::warn!(
                     "{} plock CANCEL answered -EINVAL: a C member may not apply it (set \
