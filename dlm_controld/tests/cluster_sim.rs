@@ -1,7 +1,7 @@
 //! Deterministic simulation of whole clusters: 3 to 5 nodes, each running the daemon's own
 //! lockspace logic (`LsCore`, not a copy) on the simulated CPG bus, with random plock
-//! workloads from several processes per node, a crash, a late join during the storm (state
-//! transfer) and a partition (the minority is killed at the merge, as corosync does on the
+//! workloads from several processes per node (on some seeds from the first node while it is
+//! alone), a crash, a late join during the storm (state transfer) and a partition (the minority is killed at the merge, as corosync does on the
 //! daemon's request).
 //!
 //! Checked after every step: no replica ever holds two conflicting locks, and no request
@@ -83,6 +83,9 @@ struct Sim {
     deadlock: bool,
     /// Native counts of nodes gone.
     stats: NativeStats,
+    /// Nodes up in the cluster (they count for quorum, on side 0) that have not joined the
+    /// lockspace yet; each join takes one.
+    outside: u32,
 }
 
 /// What the fencing checks remember.
@@ -128,10 +131,12 @@ impl Sim {
             .values()
             .filter(|n| n.group.is_some() && n.side == side)
             .count();
-        2 * u32::try_from(alive).unwrap_or(0) > self.configured
+        let outside = if side == 0 { self.outside } else { 0 };
+        2 * (u32::try_from(alive).unwrap_or(0) + outside) > self.configured
     }
 
     fn join(&mut self, id: u32) {
+        self.outside = self.outside.saturating_sub(1);
         let group = self.bus.join(id, NAME).expect("join");
         let name = LockspaceName::new(b"sim").expect("name");
         if let Some(old) = self.nodes.get(&id) {
@@ -944,6 +949,7 @@ impl Sim {
             sync_every: Some(3),
             deadlock: false,
             stats: NativeStats::default(),
+            outside: 0,
         }
     }
 
@@ -977,8 +983,24 @@ fn run(seed: u64) -> (NativeStats, u64) {
     sim.deadlock = seed % 5 == 4;
     // all but the last node join first; the last joins during the storm
     for id in 1..n {
+        if id == 1 && seed % 7 == 5 {
+            // the others are up in the cluster, not yet in the lockspace
+            sim.outside = n;
+        }
         sim.join(id);
         sim.settle();
+        if id == 1 && seed % 7 == 5 {
+            // node 1 alone for a while (a generator of its own: the other seeds' runs stay
+            // as they were): it decides its requests itself, in either mode, and the
+            // joiners take its table
+            let mut alone = Rng::new(seed ^ 0xa10e);
+            for _ in 0..1 + alone.next(12) {
+                sim.request(&mut alone, 1);
+            }
+            let local = sim.nodes.get(&1).map(|x| x.core.native_stats().local);
+            assert!(local > Some(0), "seed {seed}: nothing decided alone");
+            sim.settle();
+        }
     }
     for node in sim.nodes.values_mut() {
         drain_closes(node, true);
@@ -1078,6 +1100,7 @@ fn transfer_failure(seed: u64) {
         sync_every: Some(3),
         deadlock: false,
         stats: NativeStats::default(),
+        outside: 0,
     };
     for id in 1..=3 {
         sim.join(id);

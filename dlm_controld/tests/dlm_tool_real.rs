@@ -372,11 +372,18 @@ fn metrics_endpoint(ns: &str, foo_locks: u64) {
         ),
         n(foo_locks)
     );
-    // native mode (one node: every member is ours): each lock is on a new inode, so each
-    // goes through CPG (claiming it), the requests of a loop turn in one NATIVE message
+    // one node, the lockspace's only member: every lock decided here, none through CPG
+    // (whose group carried the START alone)
+    assert_eq!(
+        series(&r, "dlm_plock_local_total{lockspace=\"foo\"}"),
+        n(foo_locks)
+    );
+    assert_eq!(
+        series(&r, "dlm_plock_native_messages_total{lockspace=\"foo\"}"),
+        0.0
+    );
     let sent = series(&r, "dlm_cpg_messages_sent_total{lockspace=\"foo\"}");
-    assert!(sent >= 1.0 && sent < n(foo_locks), "sent {sent}");
-    assert!(series(&r, "dlm_plock_native_messages_total{lockspace=\"foo\"}") >= 1.0);
+    assert!((1.0..n(foo_locks)).contains(&sent), "sent {sent}");
     assert!(series(&r, "dlm_cpg_messages_received_total{lockspace=\"foo\"}") >= 1.0);
     assert!(
         series(
