@@ -116,7 +116,7 @@ const CLIENTS_BUDGET_US_MAX: u32 = 5000;
 const CLIENTS_BUDGET_US_MIN: u32 = 100;
 
 /// `plock_locks_max` when dlm.conf does not say: far above what a node's processes hold
-/// in practice (each lock costs every node about 100 bytes).
+/// in practice (each lock costs every node's daemon about 70 bytes: docs/BENCHMARKS.md).
 pub const PLOCK_LOCKS_MAX_DEFAULT: u32 = 1_000_000;
 
 /// `plock_native_sync_ms` when dlm.conf does not say.

@@ -345,7 +345,7 @@ impl Lockspace {
         if add {
             self.our_locks += 1;
         } else {
-            self.our_locks -= 1;
+            self.our_locks = self.our_locks.saturating_sub(1);
         }
     }
 }
