@@ -714,19 +714,20 @@ impl LsCore {
         self.deciding = false;
     }
 
-    /// We may decide a request for `number` here: started, nobody waiting for it, none of
-    /// our requests for it still in CPG (replicas apply in send order), and either native
-    /// and ours, or the started change's only member and no other node's (in either mode:
-    /// the total order of one member is the order we read requests in, and a joiner takes
-    /// the whole table at its start).
+    /// We may decide a request for `number` here: native, started, nobody waiting for it,
+    /// none of our requests for it still in CPG (replicas apply in send order), and ours —
+    /// or no other node's while we are the started change's only member (the total order of
+    /// one member is the order we read requests in; a joiner takes the whole table at its
+    /// start), so a node left alone needs no claim per file.
     fn can_decide(&self, number: u64) -> bool {
         let owner = self.owners.owner(number);
         let ours = if self.alone {
             owner.is_none_or(|o| o == self.our)
         } else {
-            self.native_sending && owner == Some(self.our)
+            owner == Some(self.our)
         };
-        ours && !self.mem.kernel_stopped()
+        ours && self.native_sending
+            && !self.mem.kernel_stopped()
             && self.sending.is_none()
             && !self.owners.recalling(number)
             && !self.local.in_cpg(number)

@@ -187,10 +187,10 @@ metrics! {
         "Times corosync answered TRY_AGAIN to a lockspace's queued messages",
         ["lockspace"]
     );
-    /// Plock requests decided locally (native mode, or alone in the lockspace).
+    /// Plock requests decided locally in native mode.
     native_local: IntCounterVec = counter_vec(
         "dlm_plock_local_total",
-        "Plock requests decided on this node without a CPG round trip (native mode, or the lockspace's only member)",
+        "Plock requests decided on this node without a CPG round trip (native mode)",
         ["lockspace"]
     );
     /// Resources we owned that another node's request made us give back.

@@ -111,7 +111,8 @@ fn lockspace_on_real_corosync() {
 /// One corosync node, a fake kernel and our daemon under the push-back shim
 /// (`tests/shim/cpg_pushback.c`): corosync answers TRY_AGAIN to `cpg_mcast_joined` while
 /// `hold` exists and to `cpg_leave` while `hold_leave` exists, as it does with a full queue
-/// or during a membership sync.
+/// or during a membership sync. With `plock_native=0`: a native node alone in its
+/// lockspace would decide every request itself and send none.
 struct PushBack {
     dir: std::path::PathBuf,
     hold: std::path::PathBuf,
@@ -133,6 +134,8 @@ impl PushBack {
         let (hold, hold_leave) = (dir.join("hold"), dir.join("hold-leave"));
         let root = dir.join("root");
         let k = FakeKernel::start(&root).expect("fake kernel");
+        std::fs::create_dir_all(root.join("etc/dlm")).expect("etc/dlm");
+        std::fs::write(root.join("etc/dlm/dlm.conf"), "plock_native=0\n").expect("dlm.conf");
         let mut all = vec![
             ("LD_PRELOAD", shim.as_os_str()),
             ("DLM_PUSHBACK_FILE", hold.as_os_str()),
@@ -188,8 +191,9 @@ fn pushed_back_requests_wait_in_the_send_queue() {
     for r in &reqs {
         p.k.send_plock(r).expect("send");
     }
-    // queued, not answered: nothing was ordered. The queue counts messages (in native
-    // mode one carries the requests of a loop turn), the backlog counts requests
+    // queued, not answered: nothing was ordered. The queue counts messages (here one a
+    // request; in native mode one carries the requests of a loop turn), the backlog
+    // counts requests
     let queued = (0..100)
         .map(|_| {
             std::thread::sleep(Duration::from_millis(50));

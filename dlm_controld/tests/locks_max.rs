@@ -1,7 +1,7 @@
 //! `plock_locks_max`: a node whose processes hold that many granted locks in a lockspace
 //! answers a request that would add one -ENOLCK itself, without multicasting it, in its
 //! place among the replies of the fsid, in native and C-compatible mode alike. And a
-//! lockspace's only member decides every request itself, in either mode.
+//! native lockspace's only member decides every request itself.
 
 use dlm_controld::lscore::{Action, LsCore, LsEnv};
 use dlm_controld::membership::NoFencing as NoFence;
@@ -185,24 +185,26 @@ fn no_bound_at_zero() {
     assert_eq!(n.core(1).plocks().our_lock_count(), 5);
 }
 
-/// Alone in its lockspace a node answers every request at once, multicasting nothing, in
-/// either mode; beside another member, C-compatible, it multicasts each.
+/// Alone in a native lockspace a node answers every request at once, multicasting
+/// nothing, not even a claim for the file; C-compatible, alone or not, it multicasts each
+/// request as C does.
 #[test]
-fn a_lone_member_decides_every_request_itself() {
-    for native in [false, true] {
-        let mut n = Nodes::new(1, native, 0);
-        n.request(LOCK, 0, 9);
-        n.request(UNLOCK, 0, 3);
-        n.request(GET, 0, 9);
-        assert!(n.queued.is_empty(), "native {native}: nothing multicast");
-        assert_eq!(n.answers(), [(LOCK, 0, 0), (UNLOCK, 0, 0), (GET, 0, 0)]);
-        assert_eq!(n.core(1).native_stats().local, 3);
-        assert_eq!(n.core(1).plocks().our_lock_count(), 1);
-    }
-    let mut n = Nodes::new(2, false, 0);
+fn a_lone_native_member_decides_every_request_itself() {
+    let mut n = Nodes::new(1, true, 0);
     n.request(LOCK, 0, 9);
-    assert_eq!(n.queued.len(), 1, "a PLOCK message");
-    assert!(n.answers().is_empty());
-    n.deliver();
-    assert_eq!(n.answers(), [(LOCK, 0, 0)]);
+    n.request(UNLOCK, 0, 3);
+    n.request(GET, 0, 9);
+    assert!(n.queued.is_empty(), "nothing multicast");
+    assert_eq!(n.answers(), [(LOCK, 0, 0), (UNLOCK, 0, 0), (GET, 0, 0)]);
+    assert_eq!(n.core(1).native_stats().local, 3);
+    assert_eq!(n.core(1).plocks().our_lock_count(), 1);
+    for count in [1, 2] {
+        let mut n = Nodes::new(count, false, 0);
+        n.request(LOCK, 0, 9);
+        assert_eq!(n.queued.len(), 1, "{count} members: a PLOCK message");
+        assert!(n.answers().is_empty());
+        n.deliver();
+        assert_eq!(n.answers(), [(LOCK, 0, 0)]);
+        assert_eq!(n.core(1).native_stats().local, 0);
+    }
 }
