@@ -1,9 +1,12 @@
-//! `locks_load [LOCKS [BOUND]]`: one local user takes LOCKS one-byte locks (default
-//! 1,500,000; a thousand per file) through our daemon (embedded group, fake kernel, a
-//! network namespace of its own) with `plock_locks_max=BOUND` in dlm.conf (default
-//! 1,000,000; 0: no bound): how many are granted and refused, and the daemon's resident
-//! memory after each fifth. Needs root; finds `dlm_controld` next to itself. Results:
-//! docs/BENCHMARKS.md.
+//! `locks_load [LOCKS [BOUND [PER_FILE]]]`: one local user takes LOCKS one-byte locks
+//! (default 1,500,000; PER_FILE to a file, default 1000) through our daemon (embedded
+//! group, or one corosync node with `LOCKS_COROSYNC=1`; fake kernel, a network namespace of
+//! its own) with `plock_locks_max=BOUND` in dlm.conf (default 1,000,000; 0: no bound): how
+//! many are granted and refused, and the daemon's resident memory after each fifth. Needs
+//! root; finds `dlm_controld` next to itself. Results: docs/BENCHMARKS.md.
+
+#[path = "../../../cpg/tests/support/mod.rs"]
+mod support;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -21,22 +24,16 @@ fn main() -> ExitCode {
             .and_then(|s| s.parse().ok())
             .unwrap_or(default)
     };
-    let (n, bound) = (arg(1, 1_500_000), arg(2, 1_000_000));
+    let (n, bound, per_file) = (arg(1, 1_500_000), arg(2, 1_000_000), arg(3, 1000).max(1));
     let Some((k, d, _ns, root)) = start(bound) else {
         eprintln!("daemon or join failed");
         return ExitCode::FAILURE;
     };
     let lock = |i: u64| {
-        foo_request(
-            PlockOp::LOCK,
-            7,
-            i / 1000,
-            false,
-            i % 1000 * 2,
-            i % 1000 * 2,
-        )
+        let byte = i % per_file * 2;
+        foo_request(PlockOp::LOCK, 7, i / per_file, false, byte, byte)
     };
-    println!("plock_locks_max={bound}, {n} locks asked for");
+    println!("plock_locks_max={bound}, {n} locks asked for, {per_file} to a file");
     println!("| asked | granted | refused (ENOLCK) | daemon RSS | requests/s |");
     println!("|---|---|---|---|---|");
     let (mut granted, mut refused, mut i) = (0u64, 0u64, 0u64);
@@ -76,10 +73,33 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// What a run holds: the fake kernel, the daemon, its namespace (kept alive by a
+/// `Netns` or by corosync), the kernel's root.
+type Setup = (FakeKernel, dlm_tests::Daemon, Space, std::path::PathBuf);
+
+/// The namespace the daemon runs in, and whatever keeps it.
+enum Space {
+    Alone(Netns),
+    Corosync(support::Corosync),
+}
+
+impl Space {
+    fn name(&self) -> &str {
+        match self {
+            Self::Alone(ns) => &ns.0,
+            Self::Corosync(cs) => &cs.netns,
+        }
+    }
+}
+
 /// The daemon with `plock_locks_max=bound`, lockspace `foo` joined.
-fn start(bound: u64) -> Option<(FakeKernel, dlm_tests::Daemon, Netns, std::path::PathBuf)> {
-    let ns = Netns::new("lload").ok()?;
-    enter_netns(&ns.0).ok()?;
+fn start(bound: u64) -> Option<Setup> {
+    let space = if std::env::var_os("LOCKS_COROSYNC").is_some_and(|v| v == "1") {
+        Space::Corosync(support::Corosync::start("lload"))
+    } else {
+        Space::Alone(Netns::new("lload").ok()?)
+    };
+    enter_netns(space.name()).ok()?;
     let root = std::env::temp_dir().join(format!("dlm-lload-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let k = FakeKernel::start(&root).ok()?;
@@ -89,14 +109,19 @@ fn start(bound: u64) -> Option<(FakeKernel, dlm_tests::Daemon, Netns, std::path:
         format!("plock_locks_max={bound}\n"),
     )
     .ok()?;
-    let dir = std::env::current_exe().ok()?.parent()?.to_path_buf();
-    let d = DaemonBuilder::new(dir.join("dlm_controld"), &root)
-        .embedded()
-        .spawn(&ns.0)
-        .ok()?;
+    let bin = std::env::current_exe().ok()?.parent()?.join("dlm_controld");
+    let d = match &space {
+        Space::Alone(ns) => DaemonBuilder::new(bin, &root)
+            .embedded()
+            .spawn(&ns.0)
+            .ok()?,
+        Space::Corosync(cs) => {
+            dlm_tests::start_daemon_on_corosync(&cs.netns, &bin, &root, &k, &[])?
+        }
+    };
     let t = Duration::from_secs(10);
     (k.wait_daemon(t) && k.announce("foo").unwrap_or(false) && k.wait_joined("foo", t))
-        .then_some((k, d, ns, root))
+        .then_some((k, d, space, root))
 }
 
 /// VmRSS of process `pid`, KiB (0 if unreadable).
