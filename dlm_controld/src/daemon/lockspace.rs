@@ -522,7 +522,7 @@ impl Shell {
             self.perform(a);
         }
         if self.core.batch_pending() && !t.sync_armed {
-            if let Some(every) = self.ctx.native_sync {
+            if let Some(every) = self.ctx.plock.native_sync {
                 t.sync_timer
                     .as_mut()
                     .reset(tokio::time::Instant::now() + every);
@@ -695,10 +695,11 @@ impl Shell {
             native_seen: crate::lscore::NativeStats::default(),
             published: None,
         };
-        ls.core.set_native(ls.ctx.native);
-        ls.core.set_deadlock_detect(ls.ctx.deadlock);
-        ls.core.set_c_peers_cancel(ls.ctx.c_peers_cancel);
-        ls.core.set_locks_max(ls.ctx.locks_max);
+        let plock = ls.ctx.plock;
+        ls.core.set_native(plock.native);
+        ls.core.set_deadlock_detect(plock.deadlock);
+        ls.core.set_c_peers_cancel(plock.c_peers_cancel);
+        ls.core.set_locks_max(plock.locks_max);
         ls.drain();
         Some(ls)
     }

@@ -144,23 +144,7 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         done: done_tx,
         stateful: st.dg.stateful(),
         registry: registry.clone(),
-        native: st.args.config.file.plock_native.unwrap_or(true),
-        native_sync: match st.args.config.file.plock_native_sync_ms {
-            Some(0) => None,
-            ms => Some(Duration::from_millis(u64::from(
-                ms.unwrap_or(crate::config::NATIVE_SYNC_MS_DEFAULT),
-            ))),
-        },
-        deadlock: st.args.config.file.plock_deadlock_detect.unwrap_or(false),
-        c_peers_cancel: st.args.config.file.c_peers_apply_cancel.unwrap_or(false),
-        locks_max: usize::try_from(
-            st.args
-                .config
-                .file
-                .plock_locks_max
-                .unwrap_or(crate::config::PLOCK_LOCKS_MAX_DEFAULT),
-        )
-        .unwrap_or(usize::MAX),
+        plock: super::PlockConf::of(&st.args.config.file),
     };
     let sources = Sources {
         uevents,

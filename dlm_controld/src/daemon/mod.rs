@@ -574,6 +574,13 @@ pub(crate) struct LsContext {
     pub(crate) device: Option<Arc<MiscDevice>>,
     /// Nodes to have corosync remove (a lockspace member whose daemon died: PROCDOWN).
     pub(crate) kick: mpsc::UnboundedSender<u32>,
+    /// This build's own plock options of dlm.conf, read at start.
+    pub(crate) plock: PlockConf,
+}
+
+/// This build's own plock options of dlm.conf, with their defaults.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlockConf {
     /// `plock_native` (docs/native-mode.md): our STARTs offer native mode.
     pub(crate) native: bool,
     /// `plock_native_sync_ms`: how often our local decisions go to the other members'
@@ -587,9 +594,44 @@ pub(crate) struct LsContext {
     pub(crate) locks_max: usize,
 }
 
+impl PlockConf {
+    /// What dlm.conf says, or the defaults.
+    pub(crate) fn of(file: &crate::config::ConfFile) -> Self {
+        let sync_ms = file
+            .plock_native_sync_ms
+            .unwrap_or(crate::config::NATIVE_SYNC_MS_DEFAULT);
+        let locks_max = file
+            .plock_locks_max
+            .unwrap_or(crate::config::PLOCK_LOCKS_MAX_DEFAULT);
+        Self {
+            native: file.plock_native.unwrap_or(true),
+            native_sync: (sync_ms != 0).then(|| Duration::from_millis(u64::from(sync_ms))),
+            deadlock: file.plock_deadlock_detect.unwrap_or(false),
+            c_peers_cancel: file.c_peers_apply_cancel.unwrap_or(false),
+            locks_max: usize::try_from(locks_max).unwrap_or(usize::MAX),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plock_options_take_their_defaults_and_what_dlm_conf_says() {
+        let of = |text| PlockConf::of(&crate::config::parse_conf(text).expect("parses"));
+        let d = of("");
+        assert!(d.native && !d.deadlock && !d.c_peers_cancel);
+        assert_eq!(d.native_sync, Some(Duration::from_secs(1)));
+        assert_eq!(d.locks_max, 1_000_000);
+        let c = of("plock_native=0\nplock_native_sync_ms=0\nplock_locks_max=5\n");
+        assert!(!c.native);
+        assert_eq!((c.native_sync, c.locks_max), (None, 5));
+        assert_eq!(
+            of("plock_native_sync_ms=250\n").native_sync,
+            Some(Duration::from_millis(250))
+        );
+    }
 
     #[test]
     fn watchdog_interval_is_half_and_never_zero() {
