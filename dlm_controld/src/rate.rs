@@ -49,9 +49,40 @@ impl RateLimit {
     }
 }
 
+/// At most one line a second; says how many were held back since the last one. Pure:
+/// the caller supplies the time (monotonic milliseconds).
+#[derive(Debug, Default)]
+pub struct LogEvery {
+    last: Option<u64>,
+    held: u64,
+}
+
+impl LogEvery {
+    /// `Some(held back)` when a line may be written at `now_ms`.
+    pub fn allow(&mut self, now_ms: u64) -> Option<u64> {
+        if self.last.is_some_and(|t| now_ms.saturating_sub(t) < 1000) {
+            self.held += 1;
+            return None;
+        }
+        self.last = Some(now_ms);
+        Some(std::mem::take(&mut self.held))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_a_second() {
+        let mut l = LogEvery::default();
+        let t = 5_000;
+        assert_eq!(l.allow(t), Some(0));
+        assert_eq!(l.allow(t + 10), None);
+        assert_eq!(l.allow(t + 999), None);
+        assert_eq!(l.allow(t + 1000), Some(2));
+        assert_eq!(l.allow(t + 1001), None);
+    }
 
     #[test]
     fn n_per_second_then_a_pause_until_the_window_ends() {

@@ -17,7 +17,9 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::rate::LogEvery;
 
 /// Root's uid.
 pub(crate) const ROOT: u32 = 0;
@@ -179,28 +181,6 @@ impl Drop for Permit {
     }
 }
 
-/// At most one line a second; says how many were held back since the last one.
-#[derive(Debug, Default)]
-pub(crate) struct LogEvery {
-    last: Option<Instant>,
-    held: u64,
-}
-
-impl LogEvery {
-    /// `Some(held back)` when a line may be written at `now`.
-    pub(crate) fn allow(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
-            self.held += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.held))
-    }
-}
-
 /// The delay after a failed accept: 10 ms, doubling to 1 s, back to 10 ms after a success.
 #[derive(Debug)]
 pub(crate) struct Backoff {
@@ -269,7 +249,7 @@ impl Acceptor {
                 Err(e) => {
                     m.accept_errors.with_label_values(&[self.socket]).inc();
                     let pause = self.backoff.failed();
-                    if let Some(held) = self.error_log.allow(Instant::now()) {
+                    if let Some(held) = self.error_log.allow(crate::clock::monotonic_ms()) {
                         tracing::error!(
                             "{} socket: accept: {e}; pausing {} ms ({held} more not logged)",
                             self.socket,
@@ -287,7 +267,7 @@ impl Acceptor {
                     m.socket_refused
                         .with_label_values(&[self.socket, bound.label()])
                         .inc();
-                    if let Some(held) = self.refused_log.allow(Instant::now()) {
+                    if let Some(held) = self.refused_log.allow(crate::clock::monotonic_ms()) {
                         tracing::warn!(
                             "{} socket: connection of uid {peer} closed: {} bound reached \
                              ({held} more not logged)",
@@ -383,17 +363,6 @@ mod tests {
         assert_eq!(d, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
         b.succeeded();
         assert_eq!(b.failed().as_millis(), 10);
-    }
-
-    #[test]
-    fn one_line_a_second() {
-        let mut l = LogEvery::default();
-        let t = Instant::now();
-        assert_eq!(l.allow(t), Some(0));
-        assert_eq!(l.allow(t + Duration::from_millis(10)), None);
-        assert_eq!(l.allow(t + Duration::from_millis(999)), None);
-        assert_eq!(l.allow(t + Duration::from_millis(1000)), Some(2));
-        assert_eq!(l.allow(t + Duration::from_millis(1001)), None);
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -10,14 +10,15 @@
 use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlm_proto::query::{Command, DlmcHeader, EXTRA_SIZE, HEADER_SIZE, MAIN_SOCK_NAME, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use super::admission::{Acceptor, Gate, LogEvery, Permit, unix_uid};
+use super::admission::{Acceptor, Gate, Permit, unix_uid};
+use crate::rate::LogEvery;
 
 /// What the main task must do for a client.
 #[derive(Debug)]
@@ -124,7 +125,7 @@ async fn refuse(
     let held = log
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .allow(Instant::now());
+        .allow(crate::clock::monotonic_ms());
     if let Some(held) = held {
         tracing::error!(
             "connection {ci}: command {} refused for uid {}: needs root ({held} more not logged)",

@@ -196,7 +196,7 @@ struct Shell {
     group: ClusterGroup,
     ctx: LsContext,
     /// Dropped messages are logged at most once a second.
-    drop_log: super::admission::LogEvery,
+    drop_log: crate::rate::LogEvery,
     /// This task's share of the daemon's backlog last published.
     backlog: usize,
     /// Native counts last published.
@@ -323,7 +323,7 @@ impl Shell {
     /// A delivered message was dropped: counted, and logged at most once a second.
     fn dropped(&mut self, from: u32, why: &str) {
         self.metrics.dropped.inc();
-        if let Some(held) = self.drop_log.allow(std::time::Instant::now()) {
+        if let Some(held) = self.drop_log.allow(crate::clock::monotonic_ms()) {
             tracing::error!(
                 from,
                 "dropped a message from node {from}: {why} ({held} more not logged)"
@@ -594,7 +594,7 @@ fn unregister(ctx: &LsContext, name: &str) {
 #[derive(Debug, Default)]
 struct LeaveRetry {
     pending: bool,
-    log: super::admission::LogEvery,
+    log: crate::rate::LogEvery,
 }
 
 impl LeaveRetry {
@@ -603,7 +603,7 @@ impl LeaveRetry {
     fn attempt(&mut self, group: &mut ClusterGroup) {
         match group.leave() {
             Err(dlm_cpg::CpgError::TryAgain) => {
-                if !self.pending || self.log.allow(std::time::Instant::now()).is_some() {
+                if !self.pending || self.log.allow(crate::clock::monotonic_ms()).is_some() {
                     tracing::debug!("cpg_leave retry");
                 }
                 self.pending = true;
@@ -690,7 +690,7 @@ impl Shell {
             conf,
             group,
             ctx,
-            drop_log: super::admission::LogEvery::default(),
+            drop_log: crate::rate::LogEvery::default(),
             backlog: 0,
             native_seen: crate::lscore::NativeStats::default(),
             published: None,

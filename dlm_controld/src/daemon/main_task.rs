@@ -54,7 +54,7 @@ struct Daemon<'a> {
     fsids: plock_device::Fsids,
     limit: Arc<std::sync::atomic::AtomicI64>,
     ctx: LsContext,
-    uevent_log: admission::LogEvery,
+    uevent_log: crate::rate::LogEvery,
     quit: bool,
 }
 
@@ -172,7 +172,7 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         fsids,
         limit,
         ctx,
-        uevent_log: admission::LogEvery::default(),
+        uevent_log: crate::rate::LogEvery::default(),
         quit: false,
     };
     daemon.run(sources).await
@@ -604,12 +604,12 @@ fn apply_control(
 
 /// A uevent read that failed without breaking the socket: counted, logged at most once a
 /// second, and the loop goes on.
-fn uevent_loss(loss: crate::kernel::UeventLoss, e: &io::Error, log: &mut admission::LogEvery) {
+fn uevent_loss(loss: crate::kernel::UeventLoss, e: &io::Error, log: &mut crate::rate::LogEvery) {
     crate::metrics::get()
         .uevents_lost
         .with_label_values(&[loss.label()])
         .inc();
-    if let Some(held) = log.allow(std::time::Instant::now()) {
+    if let Some(held) = log.allow(crate::clock::monotonic_ms()) {
         tracing::error!("uevent socket: {e} ({held} more not logged)");
     }
 }
