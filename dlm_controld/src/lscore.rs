@@ -249,9 +249,8 @@ pub struct LsCore {
     deciding: bool,
     /// `plock_locks_max`: the most granted locks our processes may hold here (0: no bound).
     locks_max: usize,
-    /// Requests refused at `locks_max` since the last line that said so, and when that line
-    /// was logged (ms).
-    over_max: (u64, Option<u64>),
+    /// Says that requests were refused at `locks_max`, once a second.
+    over_max_log: crate::rate::LogEvery,
 }
 
 impl LsCore {
@@ -299,7 +298,7 @@ impl LsCore {
             generation: 0,
             deciding: false,
             locks_max: 0,
-            over_max: (0, None),
+            over_max_log: crate::rate::LogEvery::default(),
         }
     }
 
@@ -690,21 +689,15 @@ impl LsCore {
     /// once a second with the count since the last line.
     fn refuse_over_max(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
         self.answer_here(info, -dlm_proto::errno::ENOLCK, out);
-        let (refused, said) = &mut self.over_max;
-        *refused += 1;
-        if said.is_some_and(|t| now_ms.saturating_sub(t) < 1000) {
-            return;
+        if let Some(held) = self.over_max_log.allow(now_ms) {
+            tracing::warn!(
+                "{} plock request refused -ENOLCK: this node's processes hold {} locks here \
+                 (plock_locks_max {}) ({held} more not logged)",
+                self.name,
+                self.plocks.our_lock_count(),
+                self.locks_max,
+            );
         }
-        tracing::warn!(
-            "{} plock requests refused -ENOLCK: this node's processes hold {} locks here \
-             (plock_locks_max {}); {} refused since the last such line",
-            self.name,
-            self.plocks.our_lock_count(),
-            self.locks_max,
-            refused
-        );
-        *said = Some(now_ms);
-        *refused = 0;
     }
 
     /// Answers `info` with `rv` here, without CPG, in its place among the fsid's replies.
