@@ -116,6 +116,10 @@ pub struct LsReport {
     pub history: Vec<(u32, NodeHistory)>,
     /// Granted plocks.
     pub locks: usize,
+    /// Granted plocks of this node's processes (what `plock_locks_max` bounds).
+    pub our_locks: usize,
+    /// `plock_locks_max` as this lockspace applies it (0: no bound).
+    pub locks_max: usize,
     /// Blocked plock requests.
     pub waiters: usize,
     /// Inodes with plocks or waiters.
@@ -1470,6 +1474,8 @@ impl LsCore {
                 .map(|(n, h)| (*n, h.clone()))
                 .collect(),
             locks: self.plocks.lock_count(),
+            our_locks: self.plocks.our_lock_count(),
+            locks_max: self.locks_max,
             waiters: self.plocks.waiter_count(),
             resources: self.plocks.resource_count(),
             oldest_waiter_since_ms: self.plocks.oldest_waiter_since(),

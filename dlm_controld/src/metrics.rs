@@ -78,6 +78,18 @@ metrics! {
     );
     /// Granted locks held, by lockspace (at scrape).
     locks: IntGaugeVec = gauge_vec("dlm_plock_locks", "Granted POSIX locks", ["lockspace"]);
+    /// Granted locks of this node's processes, by lockspace (at scrape).
+    own_locks: IntGaugeVec = gauge_vec(
+        "dlm_plock_own_locks",
+        "Granted POSIX locks held by this node's processes (bounded by plock_locks_max)",
+        ["lockspace"]
+    );
+    /// `plock_locks_max` as each lockspace applies it, by lockspace (at scrape; 0: none).
+    locks_max: IntGaugeVec = gauge_vec(
+        "dlm_plock_locks_max",
+        "plock_locks_max: the most granted locks this node's processes may hold (0: no bound)",
+        ["lockspace"]
+    );
     /// Waiters queued, by lockspace (at scrape).
     waiters: IntGaugeVec = gauge_vec(
         "dlm_plock_waiters",
@@ -314,6 +326,8 @@ impl Metrics {
     pub fn forget(&self, lockspace: &str) {
         for v in [
             &self.locks,
+            &self.own_locks,
+            &self.locks_max,
             &self.waiters,
             &self.resources,
             &self.members,
@@ -391,6 +405,8 @@ mod tests {
         m.cpg_received.with_label_values(&["t"]).inc();
         m.cpg_dropped.with_label_values(&["t"]).inc();
         m.locks.with_label_values(&["t"]).set(3);
+        m.own_locks.with_label_values(&["t"]).set(2);
+        m.locks_max.with_label_values(&["t"]).set(10);
         m.waiters.with_label_values(&["t"]).set(1);
         m.resources.with_label_values(&["t"]).set(2);
         m.members.with_label_values(&["t"]).set(3);
@@ -440,6 +456,8 @@ mod tests {
             "dlm_cpg_messages_received_total",
             "dlm_cpg_messages_dropped_total",
             "dlm_plock_locks",
+            "dlm_plock_own_locks",
+            "dlm_plock_locks_max",
             "dlm_plock_waiters",
             "dlm_plock_resources",
             "dlm_lockspace_members",

@@ -273,6 +273,55 @@ fn a_node_at_plock_locks_max_gets_enolck() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `plock_locks_max` follows `dlm_tool reload_config` in a lockspace already joined, and the
+/// gauges show this node's locks beside the bound, so a monitor can warn before refusals.
+#[test]
+fn plock_locks_max_follows_reload_config() {
+    let (dir, k, ns, _d, fsid) = start_with("plreload", &[], "plock_locks_max=1\n");
+    let rv = |op, start, end| {
+        k.send_plock(&req(op, 1, true, false, start, end, fsid))
+            .expect("send");
+        reply(&k).rv
+    };
+    let gauge = |name: &str| metric_in_ns(&ns.0, &format!("{name}{{lockspace=\"foo\"}}"));
+    assert_eq!(rv(PlockOp::LOCK, 0, 9), 0);
+    assert_eq!(rv(PlockOp::LOCK, 20, 29), -dlm_proto::errno::ENOLCK);
+    assert_eq!(gauge("dlm_plock_own_locks"), 1.0);
+    assert_eq!(gauge("dlm_plock_locks_max"), 1.0);
+    std::fs::write(dir.join("etc/dlm/dlm.conf"), "plock_locks_max=3\n").expect("dlm.conf");
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.0])
+        .arg(our_tool())
+        .arg("reload_config")
+        .output()
+        .expect("run dlm_tool");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "reload_config done\n");
+    // a scrape asks the lockspace's task itself, behind the new bound in its queue
+    let deadline = std::time::Instant::now() + T;
+    while gauge("dlm_plock_locks_max") != 3.0 {
+        assert!(std::time::Instant::now() < deadline, "bound never reloaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(rv(PlockOp::LOCK, 20, 29), 0, "room after the reload");
+    assert_eq!(rv(PlockOp::LOCK, 40, 49), 0);
+    assert_eq!(rv(PlockOp::LOCK, 60, 69), -dlm_proto::errno::ENOLCK);
+    assert_eq!(gauge("dlm_plock_own_locks"), 3.0);
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Our dlm_tool, built beside this test by `cargo test --workspace`.
+fn our_tool() -> PathBuf {
+    let exe = std::env::current_exe().expect("test path");
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target dir")
+        .join("dlm_tool");
+    assert!(bin.exists(), "{}: run cargo build --workspace", bin.display());
+    bin
+}
+
 /// A lockspace left while a process still waits in F_SETLKW (a forced leave): the waiter
 /// is answered -EEXIST, as a request for a lockspace that is gone, instead of never; the
 /// holder's lock needs no answer. Every request read from the kernel gets one reply.

@@ -28,6 +28,8 @@ pub enum LsCommand {
     Query(tokio::sync::oneshot::Sender<LsReport>),
     /// A query: the next portion of a plock dump (`None`: a new one, with ages or not).
     DumpPlocks(Option<DumpJob>, bool, tokio::sync::oneshot::Sender<DumpJob>),
+    /// `plock_locks_max` changed (`reload_config`; 0: no bound).
+    SetLocksMax(usize),
 }
 
 /// A seed no local user can know: std's per-process random hash keys (drawn from the OS),
@@ -488,6 +490,7 @@ impl Shell {
                 }
                 self.perform(a);
             }
+            LsCommand::SetLocksMax(max) => self.core.set_locks_max(max),
             LsCommand::Leave => {
                 self.core.leave();
                 leave.attempt(&mut self.group);

@@ -465,6 +465,26 @@ impl Daemon<'_> {
         if let Ok(mut d) = self.config_dump.lock() {
             *d = Arc::new(self.config.options.dump());
         }
+        self.reload_locks_max();
+    }
+
+    /// `plock_locks_max` as dlm.conf says now (a reload replaced the file's sections):
+    /// lockspaces joined later take it, and each running one at once.
+    fn reload_locks_max(&mut self) {
+        let max = super::PlockConf::of(&self.config.file).locks_max;
+        if max == self.ctx.plock.locks_max {
+            return;
+        }
+        tracing::info!(
+            "plock_locks_max {max} (was {})",
+            self.ctx.plock.locks_max
+        );
+        self.ctx.plock.locks_max = max;
+        if let Ok(m) = self.registry.lock() {
+            for tx in m.values() {
+                let _ = tx.send(LsCommand::SetLocksMax(max));
+            }
+        }
     }
 
     /// A lockspace task ended (it unregistered itself); a lockspace of that name joined

@@ -31,6 +31,8 @@ async fn refresh(reg: &Registry) {
         let name = r.info.name.to_str_lossy();
         let n = [name.as_ref()];
         m.locks.with_label_values(&n).set(as_i64(r.locks));
+        m.own_locks.with_label_values(&n).set(as_i64(r.our_locks));
+        m.locks_max.with_label_values(&n).set(as_i64(r.locks_max));
         m.waiters.with_label_values(&n).set(as_i64(r.waiters));
         m.resources.with_label_values(&n).set(as_i64(r.resources));
         m.send_queue.with_label_values(&n).set(as_i64(r.send_queue));
