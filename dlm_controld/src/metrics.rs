@@ -53,6 +53,18 @@ metrics! {
         "From a request read from the kernel to its reply written (wait=true includes the time blocked)",
         ["lockspace", "wait"]
     );
+    /// From a request read from the kernel to its lockspace's task taking it, by lockspace.
+    handoff_seconds: HistogramVec = fine_histogram_vec(
+        "dlm_plock_handoff_seconds",
+        "From a plock request read from the kernel to its lockspace's task taking it",
+        ["lockspace"]
+    );
+    /// A message of ours from its multicast to its delivery back to us, by lockspace.
+    round_trip_seconds: HistogramVec = fine_histogram_vec(
+        "dlm_cpg_round_trip_seconds",
+        "A message of this node's from its multicast (or send queue) to corosync delivering it back",
+        ["lockspace"]
+    );
     /// Kernel plock records that did not decode.
     plock_bad_records: IntCounter = counter(
         "dlm_plock_bad_records_total",
@@ -289,6 +301,24 @@ fn histogram_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Histo
     let buckets = vec![
         50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3, 1.0, 10.0,
     ];
+    histogram_of(r, name, help, labels, buckets)
+}
+
+/// A histogram of one hop of a request, from microseconds up.
+fn fine_histogram_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let buckets = vec![
+        5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 10e-3, 100e-3, 1.0,
+    ];
+    histogram_of(r, name, help, labels, buckets)
+}
+
+fn histogram_of(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: Vec<f64>,
+) -> HistogramVec {
     let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
         .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
     let _ = r.register(Box::new(h.clone()));
@@ -337,6 +367,8 @@ impl Metrics {
             let _ = v.remove_label_values(&[lockspace]);
         }
         let _ = self.oldest_waiter.remove_label_values(&[lockspace]);
+        let _ = self.handoff_seconds.remove_label_values(&[lockspace]);
+        let _ = self.round_trip_seconds.remove_label_values(&[lockspace]);
         let _ = self.owners_in_cycle.remove_label_values(&[lockspace]);
         for o in ["granted", "cancelled"] {
             let _ = self.plock_wait_seconds.remove_label_values(&[lockspace, o]);
@@ -401,6 +433,10 @@ mod tests {
             .with_label_values(&["t", "false"])
             .observe(0.001);
         m.plock_bad_records.inc();
+        m.handoff_seconds.with_label_values(&["t"]).observe(3e-6);
+        m.round_trip_seconds
+            .with_label_values(&["t"])
+            .observe(80e-6);
         m.cpg_sent.with_label_values(&["t"]).inc();
         m.cpg_received.with_label_values(&["t"]).inc();
         m.cpg_dropped.with_label_values(&["t"]).inc();
@@ -452,6 +488,8 @@ mod tests {
             "dlm_plock_replies_total",
             "dlm_plock_request_seconds",
             "dlm_plock_bad_records_total",
+            "dlm_plock_handoff_seconds",
+            "dlm_cpg_round_trip_seconds",
             "dlm_cpg_messages_sent_total",
             "dlm_cpg_messages_received_total",
             "dlm_cpg_messages_dropped_total",

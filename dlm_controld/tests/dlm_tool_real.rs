@@ -384,6 +384,23 @@ fn metrics_endpoint(ns: &str, foo_locks: u64) {
     );
     let sent = series(&r, "dlm_cpg_messages_sent_total{lockspace=\"foo\"}");
     assert!((1.0..n(foo_locks)).contains(&sent), "sent {sent}");
+    // each message of ours came back through corosync, its round trip measured once
+    assert_eq!(
+        series(&r, "dlm_cpg_round_trip_seconds_count{lockspace=\"foo\"}"),
+        sent
+    );
+    assert_eq!(
+        series(&r, "dlm_plock_handoff_seconds_count{lockspace=\"foo\"}"),
+        n(foo_locks)
+    );
+    assert_eq!(
+        series(&r, "dlm_plock_own_locks{lockspace=\"foo\"}"),
+        n(foo_locks)
+    );
+    assert_eq!(
+        series(&r, "dlm_plock_locks_max{lockspace=\"foo\"}"),
+        1_000_000.0
+    );
     assert!(series(&r, "dlm_cpg_messages_received_total{lockspace=\"foo\"}") >= 1.0);
     assert!(
         series(

@@ -310,6 +310,35 @@ fn plock_locks_max_follows_reload_config() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The hops of a request are measured: each request read is taken by its task once
+/// (`dlm_plock_handoff_seconds`), and each message of ours comes back once
+/// (`dlm_cpg_round_trip_seconds`, C-compatible here so every request is a message).
+#[test]
+fn each_hop_of_a_request_is_measured() {
+    let (dir, k, ns, _d, fsid) = start_with("plhops", &[], "plock_native=0\n");
+    for i in 0..5 {
+        k.send_plock(&req(
+            PlockOp::LOCK,
+            1,
+            true,
+            false,
+            10 * i,
+            10 * i + 1,
+            fsid,
+        ))
+        .expect("send");
+        assert_eq!(reply(&k).rv, 0);
+    }
+    let m = |s: &str| metric_in_ns(&ns.0, &format!("{s}{{lockspace=\"foo\"}}"));
+    assert_eq!(m("dlm_plock_handoff_seconds_count"), 5.0);
+    let sent = m("dlm_cpg_messages_sent_total");
+    assert!(sent >= 5.0, "{sent}");
+    assert_eq!(m("dlm_cpg_round_trip_seconds_count"), sent);
+    assert!(m("dlm_cpg_round_trip_seconds_sum") > 0.0);
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Our dlm_tool, built beside this test by `cargo test --workspace`.
 fn our_tool() -> PathBuf {
     let exe = std::env::current_exe().expect("test path");
@@ -318,7 +347,11 @@ fn our_tool() -> PathBuf {
         .and_then(std::path::Path::parent)
         .expect("target dir")
         .join("dlm_tool");
-    assert!(bin.exists(), "{}: run cargo build --workspace", bin.display());
+    assert!(
+        bin.exists(),
+        "{}: run cargo build --workspace",
+        bin.display()
+    );
     bin
 }
 

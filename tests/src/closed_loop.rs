@@ -512,6 +512,61 @@ pub fn pin(pid: u32, daemon: bool) -> bool {
     first.unwrap_or(false)
 }
 
+/// Where our daemon's requests spent their time in a run (docs/metrics.md): sums (s) and
+/// counts of the hop from the device to the lockspace's task, of our messages' round trip
+/// through corosync, and of whole requests read to answered; C's daemons have none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Hops {
+    /// `dlm_plock_handoff_seconds`: (sum, count).
+    pub handoff: (f64, f64),
+    /// `dlm_cpg_round_trip_seconds`.
+    pub round_trip: (f64, f64),
+    /// `dlm_plock_request_seconds` (wait=false and wait=true).
+    pub request: (f64, f64),
+}
+
+impl Hops {
+    /// Lockspace `ls` of the daemon in `ns` as it stands, or None (no metrics: not ours).
+    pub fn read(ns: &str, ls: &str) -> Option<Self> {
+        let text = crate::metrics_in_ns(ns);
+        let one = |name: &str, labels: &str| -> Option<(f64, f64)> {
+            let sum = crate::series_in(&text, &format!("{name}_sum{{{labels}}}"))?;
+            let count = crate::series_in(&text, &format!("{name}_count{{{labels}}}"))?;
+            Some((sum, count))
+        };
+        let at = format!("lockspace=\"{ls}\"");
+        let quick = one("dlm_plock_request_seconds", &format!("{at},wait=\"false\""));
+        let waits = one("dlm_plock_request_seconds", &format!("{at},wait=\"true\""));
+        let (q, w) = (quick.unwrap_or_default(), waits.unwrap_or_default());
+        Some(Self {
+            handoff: one("dlm_plock_handoff_seconds", &at)?,
+            round_trip: one("dlm_cpg_round_trip_seconds", &at).unwrap_or_default(),
+            request: (q.0 + w.0, q.1 + w.1),
+        })
+    }
+
+    /// The line of a run: each hop's mean since `before`, and round trips per request.
+    pub fn line(&self, before: &Self) -> String {
+        let mean = |now: (f64, f64), then: (f64, f64)| {
+            let n = now.1 - then.1;
+            if n > 0.0 {
+                format!("{:.1} µs", (now.0 - then.0) / n * 1e6)
+            } else {
+                "—".to_owned()
+            }
+        };
+        let requests = self.request.1 - before.request.1;
+        let trips = self.round_trip.1 - before.round_trip.1;
+        format!(
+            "request {} = device to task {} + the rest; CPG round trip {} ({:.2} per request)",
+            mean(self.request, before.request),
+            mean(self.handoff, before.handoff),
+            mean(self.round_trip, before.round_trip),
+            trips / requests.max(1.0)
+        )
+    }
+}
+
 /// `perf stat` of process `pid` for `secs` (software events: this machine's VMs have no
 /// hardware counters): started by [`PerfCounts::start`], read by [`PerfCounts::finish`].
 #[derive(Debug)]

@@ -203,20 +203,27 @@ pub fn stdout_in_ns(ns: &str, program: &str, args: &[&str]) -> String {
 /// One series of the metrics endpoint (127.0.0.1:9465) of the daemon in network namespace
 /// `ns`, e.g. `dlm_plock_locks{lockspace="foo"}`; 0 when absent or unreachable.
 pub fn metric_in_ns(ns: &str, series: &str) -> f64 {
-    let out = std::process::Command::new("ip")
+    series_in(&metrics_in_ns(ns), series).unwrap_or(0.0)
+}
+
+/// The text of one scrape of `/metrics` of the daemon in network namespace `ns` (empty if
+/// it did not answer).
+pub fn metrics_in_ns(ns: &str) -> String {
+    std::process::Command::new("ip")
         .args(["netns", "exec", ns, "bash", "-c"])
         .arg(
             "exec 3<>/dev/tcp/127.0.0.1/9465; \
              printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3",
         )
-        .output();
-    out.map(|o| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or(0.0)
-    })
-    .unwrap_or(0.0)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// The value of `series` (the metric's name with its labels, as exported) in a scrape.
+pub fn series_in(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
 /// Compiles `tests/shim/dlm_shim.c` (the LD_PRELOAD shim that runs the C daemon on a fake

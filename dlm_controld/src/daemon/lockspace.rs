@@ -138,6 +138,8 @@ struct LsMetrics {
     native_local: prometheus::IntCounter,
     native_recalls: prometheus::IntCounter,
     native_batches: prometheus::IntCounter,
+    handoff: prometheus::Histogram,
+    round_trip: prometheus::Histogram,
 }
 
 impl LsMetrics {
@@ -176,6 +178,8 @@ impl LsMetrics {
             native_local: m.native_local.with_label_values(&[ls]),
             native_recalls: m.native_recalls.with_label_values(&[ls]),
             native_batches: m.native_batches.with_label_values(&[ls]),
+            handoff: m.handoff_seconds.with_label_values(&[ls]),
+            round_trip: m.round_trip_seconds.with_label_values(&[ls]),
         }
     }
 }
@@ -205,6 +209,8 @@ struct Shell {
     native_seen: crate::lscore::NativeStats,
     /// The core's generation of the report last published.
     published: Option<u64>,
+    /// Our messages in flight, for the round trip through corosync.
+    round_trips: super::round_trip::RoundTrips<std::time::Instant>,
 }
 
 impl Shell {
@@ -266,8 +272,9 @@ impl Shell {
                 } else {
                     self.group.enqueue(bytes)
                 };
-                if let Err(e) = r {
-                    tracing::error!("multicast: {e}");
+                match r {
+                    Ok(()) => self.round_trips.sent(std::time::Instant::now()),
+                    Err(e) => tracing::error!("multicast: {e}"),
                 }
                 Ok(())
             }
@@ -378,6 +385,7 @@ impl Shell {
     /// task counted it in when it queued it) and is tracked until its reply.
     fn take(&mut self, info: &PlockInfo, t0: std::time::Instant) {
         crate::metrics::get().plock_backlog.dec();
+        self.metrics.handoff.observe(t0.elapsed().as_secs_f64());
         self.track(info, t0);
     }
 
@@ -563,8 +571,13 @@ impl Shell {
     }
 
     fn event(&mut self, ev: Event) {
-        if matches!(ev, Event::Deliver { .. }) {
+        if let Event::Deliver { nodeid, pid, .. } = ev {
             self.metrics.received.inc();
+            if nodeid == self.ctx.our && pid == std::process::id() {
+                if let Some(t) = self.round_trips.delivered() {
+                    self.metrics.round_trip.observe(t.elapsed().as_secs_f64());
+                }
+            }
         }
         let actions = self.with_env(|core, env| core.event(env, ev));
         self.perform(actions);
@@ -697,6 +710,7 @@ impl Shell {
             backlog: 0,
             native_seen: crate::lscore::NativeStats::default(),
             published: None,
+            round_trips: super::round_trip::RoundTrips::default(),
         };
         let plock = ls.ctx.plock;
         ls.core.set_native(plock.native);

@@ -475,10 +475,7 @@ impl Daemon<'_> {
         if max == self.ctx.plock.locks_max {
             return;
         }
-        tracing::info!(
-            "plock_locks_max {max} (was {})",
-            self.ctx.plock.locks_max
-        );
+        tracing::info!("plock_locks_max {max} (was {})", self.ctx.plock.locks_max);
         self.ctx.plock.locks_max = max;
         if let Ok(m) = self.registry.lock() {
             for tx in m.values() {

@@ -15,6 +15,7 @@ mod metrics_http;
 mod outstanding;
 mod plock_device;
 mod query;
+mod round_trip;
 mod sched;
 mod startup;
 

@@ -24,8 +24,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    BenchCase, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, exit_code, pin,
-    pinned, probe_queries, start_daemon_of,
+    BenchCase, Hops, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, exit_code,
+    pin, pinned, probe_queries, start_daemon_of,
 };
 use dlm_tests::fake_kernel::daemon_end;
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
@@ -140,6 +140,7 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let dpid = s.daemon.as_ref().map_or(0, |d| d.0.id());
+    let hops = (dpid != 0).then(|| Hops::read(&cs.netns, &name)).flatten();
     let (d0, c0) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
     let perf = PerfCounts::start(dpid, secs);
     let perf_cs = PerfCounts::start(if dpid == 0 { 0 } else { cs.pid() }, secs);
@@ -158,6 +159,10 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     });
     let mut d = d?;
     let who = format!("{} / {}", case.label(), s.kind.label());
+    let after = hops.and_then(|_| Hops::read(&cs.netns, &name));
+    if let (Some(before), Some(after)) = (hops, after) {
+        eprintln!("hops {who}: {}", after.line(&before));
+    }
     print_perf(&who, perf, d.ops);
     print_perf(
         &format!("corosync beside {}", s.kind.label()),

@@ -24,7 +24,7 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockOp;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    BenchCase, Drive, LockUnlock, Run, Script, Step, alternate, bench_args, chosen, drive,
+    BenchCase, Drive, Hops, LockUnlock, Run, Script, Step, alternate, bench_args, chosen, drive,
     exit_code, start_daemon_of,
 };
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks, writes};
@@ -194,6 +194,7 @@ fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     };
     let want = std::env::var("VS_MESSAGES").is_ok();
     let m0 = if want { srp("stats.srp.mcast_tx") } else { 0 };
+    let hops0 = Hops::read(&c.node_ns(1), &name);
     let (d0, c0) = cpu();
     let first = 100 + 1000 * case as u64;
     let drives: Vec<Option<Drive>> = std::thread::scope(|sc| {
@@ -220,6 +221,10 @@ fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
             .collect()
     });
     let (d1, c1) = cpu();
+    let hops1 = hops0.and_then(|_| Hops::read(&c.node_ns(1), &name));
+    if let (Some(before), Some(after)) = (hops0, hops1) {
+        eprintln!("hops {}, node 1: {}", case.label(), after.line(&before));
+    }
     if std::env::var("VS_MESSAGES").is_ok() {
         let series = format!("dlm_cpg_messages_sent_total{{lockspace=\"{name}\"}}");
         let sent: f64 = (1..=NODES)
