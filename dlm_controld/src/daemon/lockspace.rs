@@ -385,7 +385,6 @@ impl Shell {
     /// task counted it in when it queued it) and is tracked until its reply.
     fn take(&mut self, info: &PlockInfo, t0: std::time::Instant) {
         crate::metrics::get().plock_backlog.dec();
-        self.metrics.handoff.observe(t0.elapsed().as_secs_f64());
         self.track(info, t0);
     }
 
@@ -463,10 +462,14 @@ impl Shell {
                 self.perform(a);
             }
             LsCommand::Plock(info, t0) => {
+                // one clock read: the hand-off's time and the core's
+                let now = std::time::Instant::now();
+                let secs = now.saturating_duration_since(t0).as_secs_f64();
+                self.metrics.handoff.observe(secs);
                 self.take(&info, t0);
                 let local = self.core.native_stats().local;
                 let mut a = std::mem::take(&mut self.actions);
-                let now_ms = crate::clock::monotonic_ms();
+                let now_ms = crate::clock::ms_at(now);
                 self.core.request(now_ms, &info, &mut a);
                 if self.core.native_stats().local != local {
                     // decided here: its _receive_plock line, as if delivered

@@ -224,8 +224,10 @@ fn read_plocks(
 ) -> Result<(), DaemonError> {
     let eof = || DaemonError::Io("plock device", io::ErrorKind::UnexpectedEof.into());
     loop {
-        // one clock read per read: the gate and the plock log's lines
-        let now_ms = crate::clock::monotonic_ms();
+        // one clock read per read: the gate, the plock log's lines and the requests'
+        // latency
+        let t0 = std::time::Instant::now();
+        let now_ms = crate::clock::ms_at(t0);
         let dev = &guard.get_inner().0;
         let room = gate.admit(ctx.limit, now_ms, dev.records_per_call());
         if room == 0 {
@@ -236,7 +238,7 @@ fn read_plocks(
             Ok(0) => return Err(eof()),
             Ok(n) => {
                 gate.unused(room - n);
-                plock_requests(batch, now_ms, ctx, dev);
+                plock_requests(batch, now_ms, t0, ctx, dev);
                 // the fake kernel gone: every read from now on brings empty records
                 if batch.iter().any(<[u8]>::is_empty) {
                     return Err(eof());
@@ -259,9 +261,13 @@ fn read_plocks(
 /// The records of one read (`process_plocks`), each to its lockspace's task or answered
 /// at once. A zero-length record is the fake kernel going away: the ones before it are
 /// handled, and the reader ends.
-fn plock_requests(batch: &Records, now_ms: u64, ctx: &mut ReadCtx<'_>, device: &MiscDevice) {
-    // one read, one time read for the latency of all it brought
-    let t0 = std::time::Instant::now();
+fn plock_requests(
+    batch: &Records,
+    now_ms: u64,
+    t0: std::time::Instant,
+    ctx: &mut ReadCtx<'_>,
+    device: &MiscDevice,
+) {
     for bytes in batch.iter().take_while(|b| !b.is_empty()) {
         plock_request(bytes, now_ms, t0, ctx, device);
     }
