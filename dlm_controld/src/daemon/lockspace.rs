@@ -211,6 +211,9 @@ struct Shell {
     published: Option<u64>,
     /// Our messages in flight, for the round trip through corosync.
     round_trips: super::round_trip::RoundTrips<std::time::Instant>,
+    /// This process's id, which the group's deliveries of our messages carry (read once:
+    /// `getpid` is a system call).
+    pid: u32,
 }
 
 impl Shell {
@@ -576,7 +579,7 @@ impl Shell {
     fn event(&mut self, ev: Event) {
         if let Event::Deliver { nodeid, pid, .. } = ev {
             self.metrics.received.inc();
-            if nodeid == self.ctx.our && pid == std::process::id() {
+            if nodeid == self.ctx.our && pid == self.pid {
                 if let Some(t) = self.round_trips.delivered() {
                     self.metrics.round_trip.observe(t.elapsed().as_secs_f64());
                 }
@@ -714,6 +717,7 @@ impl Shell {
             native_seen: crate::lscore::NativeStats::default(),
             published: None,
             round_trips: super::round_trip::RoundTrips::default(),
+            pid: std::process::id(),
         };
         let plock = ls.ctx.plock;
         ls.core.set_native(plock.native);

@@ -28,6 +28,8 @@ barrier mounted
 ctool ls
 # the side-by-side numbers, when tests/vm/bench-two.sh asks for them
 if [ -f /host/conf/bench ]; then
+    # the guest's clock (under TCG a clock read that is not the vDSO's is a system call)
+    cat /sys/devices/system/clocksource/clocksource0/current_clocksource >$OUT/clocksource.txt
     threads before
     # STRACE=1 (run-two.sh): the daemon's system calls over the bench, counted
     if [ -f /host/conf/strace ]; then
