@@ -72,7 +72,7 @@ fn start_with(tag: &str, extra: &[&str], conf: &str) -> (PathBuf, FakeKernel, Ne
 
 #[test]
 fn plocks_through_the_device() {
-    let (dir, k, _ns, _d, fsid) = start("plock", &[]);
+    let (dir, k, ns, _d, fsid) = start("plock", &[]);
 
     // owner 1 write-locks 0-9: granted, echoed with our nodeid
     let a = req(PlockOp::LOCK, 1, true, false, 0, 9, fsid);
@@ -122,6 +122,14 @@ fn plocks_through_the_device() {
             ..w
         }
     );
+    // the waiter's time, read to reply written, counted once with its 300 ms of waiting
+    let m = |s: &str| metric_in_ns(&ns.0, s);
+    let waited = "dlm_plock_wait_seconds_{}{lockspace=\"foo\",outcome=\"granted\"}";
+    assert_eq!(m(&waited.replace("{}", "count")), 1.0);
+    assert!(m(&waited.replace("{}", "sum")) >= 0.3);
+    let blocking = "dlm_plock_request_seconds_{}{lockspace=\"foo\",wait=\"true\"}";
+    assert_eq!(m(&blocking.replace("{}", "count")), 1.0);
+    assert!(m(&blocking.replace("{}", "sum")) >= 0.3);
     // close: no reply
     let c = PlockInfo {
         flags: PlockFlags(PlockFlags::CLOSE),

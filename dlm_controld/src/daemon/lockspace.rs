@@ -193,6 +193,10 @@ struct Shell {
     actions: Vec<Action>,
     /// Replies to the kernel made this loop turn, in order: written together at its end.
     replies: Vec<crate::kernel::Record>,
+    /// For each of those replies to a request of ours: when the request was read, which
+    /// histogram takes it, and whether it was a blocking lock granted (its wait counted
+    /// too). Observed once the replies are written, with one clock read.
+    answered: Vec<(std::time::Instant, bool, bool)>,
     /// Plock dumps waiting for every owner's decisions ([`Action::Fresh`]): with ages or
     /// not, and where the first portion goes.
     fresh_dumps: Vec<(bool, tokio::sync::oneshot::Sender<DumpJob>)>,
@@ -376,9 +380,19 @@ impl Shell {
             dev.write_records(&self.replies, |e| tracing::error!("plock reply: {e}"));
         }
         self.replies.clear();
-        // a burst's vector is let go
+        // each answered request's time from read to reply written
+        let written = std::time::Instant::now();
+        for (t0, wait, granted) in self.answered.drain(..) {
+            let secs = written.saturating_duration_since(t0).as_secs_f64();
+            self.metrics.seconds[usize::from(wait)].observe(secs);
+            if granted {
+                self.metrics.waited[0].observe(secs);
+            }
+        }
+        // a burst's vectors are let go
         if self.replies.capacity() > ACTIONS_KEPT {
             self.replies = Vec::new();
+            self.answered = Vec::new();
         }
     }
 
@@ -449,11 +463,8 @@ impl Shell {
     fn count_reply(&mut self, info: &PlockInfo) {
         self.metrics.replies[crate::metrics::result_index(info.op, info.rv)].inc();
         if let Some(t0) = self.pending.answered(info) {
-            let secs = t0.elapsed().as_secs_f64();
-            self.metrics.seconds[usize::from(info.wait)].observe(secs);
-            if info.wait && info.op == dlm_proto::kernel::PlockOp::LOCK && info.rv == 0 {
-                self.metrics.waited[0].observe(secs);
-            }
+            let granted = info.wait && info.op == dlm_proto::kernel::PlockOp::LOCK && info.rv == 0;
+            self.answered.push((t0, info.wait, granted));
         }
     }
 
@@ -707,6 +718,7 @@ impl Shell {
             text: std::sync::Arc::from(text.as_str()),
             actions: Vec::new(),
             replies: Vec::new(),
+            answered: Vec::new(),
             fresh_dumps: Vec::new(),
             pending: super::outstanding::Outstanding::default(),
             conf,
