@@ -306,6 +306,8 @@ pub struct Run {
     pub out_of_order: u64,
     /// LOCKSPACES queries during the run: p50, p99 (µs), when probed.
     pub ls_us: Option<(f64, f64)>,
+    /// Where our daemon's requests spent their time (node 1's, with three nodes).
+    pub hops: Option<HopSplit>,
 }
 
 impl Run {
@@ -331,6 +333,7 @@ impl Run {
             corosync_us_op: per_op(corosync_ticks),
             out_of_order: d.out_of_order,
             ls_us: (!ls.is_empty()).then(|| (permille_us(ls, 500), permille_us(ls, 990))),
+            hops: None,
         }
     }
 }
@@ -389,6 +392,8 @@ pub fn chosen<T: Copy>(all: &[T], pick: Option<&str>) -> Vec<T> {
 pub trait BenchCase: Copy + Ord {
     /// The case's row label.
     fn label(self) -> &'static str;
+    /// Issue 14's targets on this case (`crate::targets`).
+    fn targets(self) -> &'static [crate::targets::Target];
 }
 
 /// The side-by-side loop of `vs_c` and `vs_c3`: [`rounds`] times, each daemon of `kinds` in
@@ -427,6 +432,7 @@ pub fn alternate<C: BenchCase, S>(
         }
     }
     print_table(&rows);
+    crate::targets::print_targets(cases, &runs);
     Ok(())
 }
 
@@ -523,6 +529,8 @@ pub struct Hops {
     pub round_trip: (f64, f64),
     /// `dlm_plock_request_seconds` (wait=false and wait=true).
     pub request: (f64, f64),
+    /// `dlm_plock_request_seconds{wait="false"}`: the requests that never wait for a lock.
+    pub quick: (f64, f64),
 }
 
 impl Hops {
@@ -542,27 +550,55 @@ impl Hops {
             handoff: one("dlm_plock_handoff_seconds", &at)?,
             round_trip: one("dlm_cpg_round_trip_seconds", &at).unwrap_or_default(),
             request: (q.0 + w.0, q.1 + w.1),
+            quick: q,
         })
     }
 
-    /// The line of a run: each hop's mean since `before`, and round trips per request.
-    pub fn line(&self, before: &Self) -> String {
+    /// The run's means since `before`.
+    pub fn since(&self, before: &Self) -> HopSplit {
         let mean = |now: (f64, f64), then: (f64, f64)| {
             let n = now.1 - then.1;
-            if n > 0.0 {
-                format!("{:.1} µs", (now.0 - then.0) / n * 1e6)
-            } else {
-                "—".to_owned()
-            }
+            (n > 0.0).then(|| (now.0 - then.0) / n * 1e6)
         };
         let requests = self.request.1 - before.request.1;
         let trips = self.round_trip.1 - before.round_trip.1;
-        format!(
+        HopSplit {
+            request_us: mean(self.request, before.request),
+            quick_us: mean(self.quick, before.quick),
+            handoff_us: mean(self.handoff, before.handoff),
+            round_trip_us: mean(self.round_trip, before.round_trip),
+            trips_per_request: trips / requests.max(1.0),
+        }
+    }
+}
+
+/// A run's requests in our daemon, means over the run (µs; None: no request, or no message,
+/// made that hop).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HopSplit {
+    /// Read from the device to the reply written.
+    pub request_us: Option<f64>,
+    /// The same, of the requests that never wait for a lock (no F_SETLKW).
+    pub quick_us: Option<f64>,
+    /// Read from the device to its lockspace's task taking it.
+    pub handoff_us: Option<f64>,
+    /// A message of ours from its multicast to corosync delivering it back.
+    pub round_trip_us: Option<f64>,
+    /// Messages of ours per request.
+    pub trips_per_request: f64,
+}
+
+impl std::fmt::Display for HopSplit {
+    /// `request … = device to task … + the rest; CPG round trip … (… per request)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us = |v: Option<f64>| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.1} µs"));
+        write!(
+            f,
             "request {} = device to task {} + the rest; CPG round trip {} ({:.2} per request)",
-            mean(self.request, before.request),
-            mean(self.handoff, before.handoff),
-            mean(self.round_trip, before.round_trip),
-            trips / requests.max(1.0)
+            us(self.request_us),
+            us(self.handoff_us),
+            us(self.round_trip_us),
+            self.trips_per_request
         )
     }
 }

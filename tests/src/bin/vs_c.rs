@@ -28,6 +28,7 @@ use dlm_tests::closed_loop::{
     pin, pinned, probe_queries, start_daemon_of,
 };
 use dlm_tests::fake_kernel::daemon_end;
+use dlm_tests::targets::{self, Target};
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks};
 use support::Corosync;
 
@@ -52,6 +53,13 @@ impl BenchCase for Case {
             Self::NodeLocal => "1 node, each process on its own file",
             Self::OneFile => "1 node, one file, disjoint ranges",
             Self::Contended => "1 node, one byte contended (F_SETLKW)",
+        }
+    }
+
+    fn targets(self) -> &'static [Target] {
+        match self {
+            Self::NodeLocal | Self::OneFile => targets::ONE_NODE_LOCAL,
+            Self::Contended => targets::ONE_NODE_CONTENDED,
         }
     }
 }
@@ -160,8 +168,9 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     let mut d = d?;
     let who = format!("{} / {}", case.label(), s.kind.label());
     let after = hops.and_then(|_| Hops::read(&cs.netns, &name));
-    if let (Some(before), Some(after)) = (hops, after) {
-        eprintln!("hops {who}: {}", after.line(&before));
+    let split = hops.zip(after).map(|(before, after)| after.since(&before));
+    if let Some(split) = split {
+        eprintln!("hops {who}: {split}");
     }
     print_perf(&who, perf, d.ops);
     print_perf(
@@ -175,7 +184,9 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     } else {
         0
     };
-    Some(Run::of(&mut d, secs, d1.saturating_sub(d0), coro, &mut ls))
+    let mut run = Run::of(&mut d, secs, d1.saturating_sub(d0), coro, &mut ls);
+    run.hops = split;
+    Some(run)
 }
 
 /// `VS_PERF=1`: a process's system calls and context switches per op of the run.

@@ -27,6 +27,7 @@ use dlm_tests::closed_loop::{
     BenchCase, Drive, Hops, LockUnlock, Run, Script, Step, alternate, bench_args, chosen, drive,
     exit_code, start_daemon_of,
 };
+use dlm_tests::targets::{self, Target};
 use dlm_tests::{Daemon, FakeKernel, build_shim, cpu_ticks, writes};
 use support::Cluster;
 
@@ -75,6 +76,17 @@ impl BenchCase for Case {
             Self::AllSharedFiles => "3 nodes, every node on 1000 shared files",
             Self::AllContended => "3 nodes, every node on one contended byte",
             Self::LockPassing => "lock passing between nodes 1 and 2",
+        }
+    }
+
+    fn targets(self) -> &'static [Target] {
+        match self {
+            Self::OneNodeOwnFiles | Self::OneNodeOneFile | Self::AllOwnFiles => {
+                targets::THREE_NODES_LOCAL
+            }
+            Self::OneNodeContended | Self::AllContended => targets::THREE_NODES_CONTENDED,
+            Self::AllSharedFiles => targets::SHARED_FILES,
+            Self::LockPassing => targets::LOCK_PASSING,
         }
     }
 }
@@ -222,8 +234,9 @@ fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     });
     let (d1, c1) = cpu();
     let hops1 = hops0.and_then(|_| Hops::read(&c.node_ns(1), &name));
-    if let (Some(before), Some(after)) = (hops0, hops1) {
-        eprintln!("hops {}, node 1: {}", case.label(), after.line(&before));
+    let split = hops0.zip(hops1).map(|(before, after)| after.since(&before));
+    if let Some(split) = split {
+        eprintln!("hops {}, node 1: {split}", case.label());
     }
     if std::env::var("VS_MESSAGES").is_ok() {
         let series = format!("dlm_cpg_messages_sent_total{{lockspace=\"{name}\"}}");
@@ -247,13 +260,15 @@ fn one_run(c: &Cluster, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         all.out_of_order += d.out_of_order;
         all.latencies.extend(d.latencies);
     }
-    Some(Run::of(
+    let mut run = Run::of(
         &mut all,
         secs,
         d1.saturating_sub(d0),
         c1.saturating_sub(c0),
         &mut [],
-    ))
+    );
+    run.hops = split;
+    Some(run)
 }
 
 fn main() -> ExitCode {
