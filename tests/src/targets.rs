@@ -242,7 +242,8 @@ fn hops_why(h: &crate::closed_loop::HopSplit) -> String {
     };
     let handoff = h.handoff_us.unwrap_or(0.0);
     match h.round_trip_us {
-        Some(rt) if h.trips_per_request > 0.0 => {
+        // a sync or claim now and then is not a message per request
+        Some(rt) if h.trips_per_request >= 0.01 => {
             let share = rt * h.trips_per_request.min(1.0) / request.max(f64::MIN_POSITIVE);
             format!(
                 "{which} {request:.0} µs in our daemon: corosync's round trip {rt:.0} µs \
@@ -252,7 +253,7 @@ fn hops_why(h: &crate::closed_loop::HopSplit) -> String {
             )
         }
         _ => format!(
-            "{which} {request:.1} µs in our daemon ({handoff:.1} µs device to task), no message"
+            "{which} {request:.1} µs in our daemon ({handoff:.1} µs device to task), no message per request"
         ),
     }
 }
@@ -449,5 +450,17 @@ mod tests {
         assert!(why.contains("ours 15.5 µs of daemon and 87.8 of corosync CPU per op, C's default mode 15.0 and 90.6"), "{why}");
         assert!(why.contains("a request that does not wait 517 µs in our daemon: corosync's round trip 376 µs (73 % of it; 1.00 messages per request), device to task 115 µs"), "{why}");
         assert_eq!(label(&t), "C-compatible ≥ 1.2× C's default mode");
+        // native: a sync now and then is no message per request
+        let native = HopSplit {
+            request_us: Some(19.0),
+            quick_us: Some(19.0),
+            handoff_us: Some(10.0),
+            round_trip_us: Some(434.0),
+            trips_per_request: 0.0004,
+        };
+        assert_eq!(
+            hops_why(&native),
+            "a request that does not wait 19.0 µs in our daemon (10.0 µs device to task), no message per request"
+        );
     }
 }

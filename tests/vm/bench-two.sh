@@ -9,6 +9,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 declare -A label=([rust]="ours (native mode)" [c]="C 4.2.0" [own]="C 4.2.0 plock_ownership=1")
 rows=()
+declare -A owns passes
 for kind in ${KINDS:-rust c own}; do
     run=$(mktemp -d /tmp/dlm-vmbench.XXXXXX)
     d=$kind conf=
@@ -22,6 +23,7 @@ for kind in ${KINDS:-rust c own}; do
         own=$(sed -n 's/^own_pairs_per_s //p' "$f" 2>/dev/null)
         pass=$(sed -n 's/^passing_steps_per_s //p' "$f" 2>/dev/null)
         rows+=("| ${label[$kind]} | node $n | ${own:-—} | ${pass:-—} |")
+        owns[$kind$n]=$own passes[$kind$n]=$pass
         [[ -n $own && -n $pass ]] || keep=1
     done
     # the run's ~60 MB go once its numbers are read (KEEP_RUN=1, or a missing number, keeps it)
@@ -31,3 +33,20 @@ done
 echo "| daemons (both nodes) | node | own file: lock+unlock pairs/s | lock passing: steps/s |"
 echo "|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+# issue 14's targets, node by node: own file ours ≥ 1.2× C's ownership mode; lock passing
+# ours ≥ 1.0× C in either mode (the better of those that ran)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b }'; }
+better() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { print (a > b ? a : b) }'; }
+verdict() { awk -v x="$1" -v y="$2" -v t="$3" 'BEGIN { print (x >= t && y >= t ? "met" : "**missed**") }'; }
+target() { # label threshold ratio1 ratio2
+    [[ -n $3 && -n $4 ]] && echo "| $1 | $3 | $4 | $(verdict "$3" "$4" "$2") |"
+}
+echo
+echo "| target (issue 14) | node 1 | node 2 | verdict |"
+echo "|---|---|---|---|"
+target "own file: ours ≥ 1.2× C's ownership mode" 1.2 \
+    "$(ratio "${owns[rust1]:-}" "${owns[own1]:-}")" "$(ratio "${owns[rust2]:-}" "${owns[own2]:-}")"
+target "lock passing: ours ≥ 1.0× C (the better mode run)" 1.0 \
+    "$(ratio "${passes[rust1]:-}" "$(better "${passes[c1]:-}" "${passes[own1]:-}")")" \
+    "$(ratio "${passes[rust2]:-}" "$(better "${passes[c2]:-}" "${passes[own2]:-}")")"
+true
