@@ -309,8 +309,9 @@ pub fn print_targets<C: crate::closed_loop::BenchCase>(
     let replies: u64 = ours.iter().map(|r| r.out_of_order).sum();
     println!();
     if late == 0 {
+        let runs = if ours.len() == 1 { "run" } else { "runs" };
         println!(
-            "Replies of ours out of per-fsid order: none in {} runs (met)",
+            "Replies of ours out of per-fsid order: none in {} {runs} (met)",
             ours.len()
         );
     } else {

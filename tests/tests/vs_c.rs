@@ -1,0 +1,54 @@
+//! The side-by-side bench runs end to end, briefly: `vs_c` with C's ownership mode and ours
+//! (native mode) on one corosync node, one round of the own-files case, prints its table,
+//! judges issue 14's targets and finds no reply of ours out of order. The rates themselves
+//! are not asserted (on a shared machine a timed assertion is noise): that each target is
+//! judged, and how, is.
+
+use std::process::Command;
+
+#[test]
+fn vs_c_prints_its_table_and_judges_the_targets() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vs_c"))
+        .arg("0.5")
+        .env("VS_KINDS", "24")
+        .env("VS_CASES", "0")
+        .env("VS_ROUNDS", "1")
+        .output()
+        .expect("run vs_c");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{err}");
+    let case = "| 1 node, each process on its own file |";
+    for daemon in ["C 4.2.0 plock_ownership=1", "ours (native mode)"] {
+        assert!(text.contains(&format!("{case} {daemon} |")), "{text}");
+    }
+    // C's default mode did not run: only the target against its ownership mode is judged
+    let judged: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with(case) && l.contains('≥'))
+        .collect();
+    assert_eq!(judged.len(), 1, "{text}");
+    let row = judged[0];
+    assert!(
+        row.contains("| native ≥ 1.3× C's ownership mode |"),
+        "{row}"
+    );
+    let verdict = row.split('|').nth(5).map(str::trim);
+    assert!(
+        matches!(verdict, Some("met" | "**missed**")),
+        "one round is met or missed: {row}"
+    );
+    // a missed target says where the time went, from our daemon's own hops
+    if verdict == Some("**missed**") {
+        assert!(row.contains("in our daemon"), "{row}");
+    }
+    assert!(
+        text.contains("Replies of ours out of per-fsid order: none in 1 run (met)"),
+        "{text}"
+    );
+    // the run's hops were read from our daemon's metrics
+    assert!(
+        err.contains("hops 1 node, each process on its own file / ours (native mode): request"),
+        "{err}"
+    );
+}
