@@ -177,6 +177,13 @@ metrics! {
         "dlm_plock_read_pauses_total",
         "Times reading the plock device paused at the backlog bound"
     );
+    /// The plock device's reader reading on instead of sleeping (`plock_spin_us`): reads
+    /// that found requests (a wake-up saved), windows that passed without one.
+    plock_spins: IntCounterVec = counter_vec(
+        "dlm_plock_spins_total",
+        "The plock device read on after it emptied (plock_spin_us): outcome request (a wake-up saved) or none (a window spent)",
+        ["outcome"]
+    );
     /// Log lines for syslog, the log file or stderr dropped: the writer's queue was full.
     log_lines_dropped: IntCounter = counter(
         "dlm_log_lines_dropped_total",
@@ -460,6 +467,7 @@ mod tests {
         m.uevents_lost.with_label_values(&["overrun"]).inc();
         m.plock_backlog.set(7);
         m.plock_read_pauses.inc();
+        m.plock_spins.with_label_values(&["none"]).inc();
         m.log_lines_dropped.inc();
         m.errors.inc();
         m.fence_attempts.with_label_values(&["fence_all"]).inc();
@@ -509,6 +517,7 @@ mod tests {
             "dlm_uevent_errors_total",
             "dlm_plock_backlog",
             "dlm_plock_read_pauses_total",
+            "dlm_plock_spins_total",
             "dlm_log_lines_dropped_total",
             "dlm_errors_total",
             "dlm_fence_agent_runs_total",

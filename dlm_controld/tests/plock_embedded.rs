@@ -318,6 +318,49 @@ fn plock_locks_max_follows_reload_config() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `plock_spin_us`: with a window, the device's reader tries reading on after each request
+/// that came back quickly (each try counted: a request found, a window spent, or the CPU
+/// wanted elsewhere); with 0, after `dlm_tool reload_config`, it never tries again.
+#[test]
+fn the_reader_spins_as_plock_spin_us_says_and_reload_config_turns_it_off() {
+    let (dir, k, ns, _d, fsid) = start_with("plspin", &[], "plock_spin_us=1000\n");
+    let spins = || -> f64 {
+        ["request", "none", "busy"]
+            .iter()
+            .map(|o| metric_in_ns(&ns.0, &format!("dlm_plock_spins_total{{outcome=\"{o}\"}}")))
+            .sum()
+    };
+    let pairs = |n: u64| {
+        for i in 0..n {
+            for op in [PlockOp::LOCK, PlockOp::UNLOCK] {
+                k.send_plock(&req(op, 1, true, false, 10 * i, 10 * i + 1, fsid))
+                    .expect("send");
+                assert_eq!(reply(&k).rv, 0);
+            }
+        }
+    };
+    pairs(50);
+    assert!(
+        spins() > 0.0,
+        "a request back within 4 ms of the last is spun for"
+    );
+    std::fs::write(dir.join("etc/dlm/dlm.conf"), "plock_spin_us=0\n").expect("dlm.conf");
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.0])
+        .arg(our_tool())
+        .arg("reload_config")
+        .output()
+        .expect("run dlm_tool");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "reload_config done\n");
+    // a spin already going ends within its millisecond
+    std::thread::sleep(Duration::from_millis(50));
+    let before = spins();
+    pairs(50);
+    assert_eq!(spins(), before, "no spin once the window is 0");
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The hops of a request are measured: each request read is taken by its task once
 /// (`dlm_plock_handoff_seconds`), and each message of ours comes back once
 /// (`dlm_cpg_round_trip_seconds`, C-compatible here so every request is a message).

@@ -46,14 +46,15 @@ prepare_share() {
     } >"$run/share/conf/corosync.conf"
 }
 
-# vm RUN NAME APPEND [qemu args...]: one VM (TCG, 1 vCPU, 1 GiB) on a qcow2 overlay of the
-# image, the run's gfs2 disk (shareable) and share; ends when the guest powers off.
+# vm RUN NAME APPEND [qemu args...]: one VM (TCG, 1 vCPU, 1 GiB; SMP=<n> vCPUs) on a qcow2
+# overlay of the image, the run's gfs2 disk (shareable) and share; ends when the guest
+# powers off.
 vm() {
     local run=$1 name=$2 append=$3
     shift 3
     qemu-img create -q -f qcow2 -F raw -b "$IMG/root.img" "$run/root-$name.qcow2"
     timeout "${VM_TIMEOUT:-1500}" "$VMCACHE/qemu/usr/bin/qemu-system-x86_64" \
-        -accel tcg -m 1024 -smp 1 -no-reboot -display none -monitor none \
+        -accel tcg -m 1024 -smp "${SMP:-1}" -no-reboot -display none -monitor none \
         -serial "file:$run/console-$name.log" \
         -kernel "$IMG/kernel/boot/vmlinuz-$KVER" -initrd "$IMG/initrd.img" \
         -append "console=ttyS0 quiet systemd.show_status=0 $append" \

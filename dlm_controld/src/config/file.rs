@@ -106,6 +106,10 @@ pub struct ConfFile {
     /// This build's own `plock_locks_max=<n>`: the most granted locks this node's processes
     /// may hold in one lockspace before their new locks are refused -ENOLCK (0: no bound).
     pub plock_locks_max: Option<u32>,
+    /// This build's own `plock_spin_us=<µs>`: how long the plock device's reader keeps
+    /// reading after the device empties, while requests keep coming back that quickly,
+    /// before it sleeps (0: never).
+    pub plock_spin_us: Option<u32>,
 }
 
 /// `clients_cpu_budget_us` when dlm.conf does not say: a tenth of one CPU.
@@ -118,6 +122,13 @@ const CLIENTS_BUDGET_US_MIN: u32 = 100;
 /// `plock_locks_max` when dlm.conf does not say: far above what a node's processes hold
 /// in practice (each lock costs every node's daemon about 70 bytes: docs/BENCHMARKS.md).
 pub const PLOCK_LOCKS_MAX_DEFAULT: u32 = 1_000_000;
+
+/// `plock_spin_us` when dlm.conf does not say: longer than a process takes from one reply
+/// to its next request on the same file, far shorter than a request's wake-up costs a
+/// daemon that slept.
+pub const PLOCK_SPIN_US_DEFAULT: u32 = 50;
+/// The longest `plock_spin_us` accepted (a millisecond).
+const PLOCK_SPIN_US_MAX: u32 = 1000;
 
 /// `plock_native_sync_ms` when dlm.conf does not say.
 pub const NATIVE_SYNC_MS_DEFAULT: u32 = 1000;
@@ -292,6 +303,13 @@ impl Reader {
                     "{key} must be a number of milliseconds from 0 to {NATIVE_SYNC_MS_MAX}"
                 );
                 self.conf.plock_native_sync_ms = Some(ms.ok_or_else(|| l.err(&msg))?);
+                return Ok(true);
+            }
+            "plock_spin_us" => {
+                let us = v.parse::<u32>().ok().filter(|&us| us <= PLOCK_SPIN_US_MAX);
+                let msg =
+                    format!("{key} must be a number of microseconds from 0 to {PLOCK_SPIN_US_MAX}");
+                self.conf.plock_spin_us = Some(us.ok_or_else(|| l.err(&msg))?);
                 return Ok(true);
             }
             "plock_locks_max" => {
@@ -524,6 +542,23 @@ connect bar node=1 port=5
             assert!(
                 e.to_string()
                     .contains("plock_native_sync_ms must be a number"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_spin_is_0_or_up_to_a_millisecond() {
+        assert_eq!(parse_conf("").expect("parses").plock_spin_us, None);
+        for (text, us) in [("0", 0), ("50", 50), ("1000", 1000)] {
+            let c = parse_conf(&format!("plock_spin_us={text}\n")).expect(text);
+            assert_eq!(c.plock_spin_us, Some(us));
+        }
+        for bad in ["-1", "x", "1001", "5us"] {
+            let e = parse_conf(&format!("plock_spin_us={bad}\n")).expect_err(bad);
+            assert!(
+                e.to_string()
+                    .contains("plock_spin_us must be a number of microseconds from 0 to 1000"),
                 "{e}"
             );
         }

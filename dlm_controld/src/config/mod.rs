@@ -10,7 +10,7 @@ mod value;
 pub use cli::{CliAction, CliError, parse_args};
 pub use file::{
     CLIENTS_BUDGET_US_DEFAULT, ConfError, ConfFile, ConfWarning, FenceMethod, LockspaceConf,
-    NATIVE_SYNC_MS_DEFAULT, PLOCK_LOCKS_MAX_DEFAULT, parse_conf,
+    NATIVE_SYNC_MS_DEFAULT, PLOCK_LOCKS_MAX_DEFAULT, PLOCK_SPIN_US_DEFAULT, parse_conf,
 };
 pub use options::{Opt, OptSpec, OptType, Options, Source, TABLE, Value};
 pub use value::ValueError;

@@ -53,6 +53,8 @@ struct Daemon<'a> {
     registry: query::Registry,
     fsids: plock_device::Fsids,
     limit: Arc<std::sync::atomic::AtomicI64>,
+    /// `plock_spin_us`, read by the plock device's reader at each wake-up.
+    spin_us: Arc<std::sync::atomic::AtomicU64>,
     ctx: LsContext,
     uevent_log: crate::rate::LogEvery,
     quit: bool,
@@ -130,7 +132,14 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
     let limit = Arc::new(std::sync::atomic::AtomicI64::new(
         config.options.num(crate::config::Opt::PlockRateLimit),
     ));
-    let reader_failed = spawn_reader(st.device.as_ref(), &limit, st.our, &fsids, &registry);
+    let spin_us = Arc::new(std::sync::atomic::AtomicU64::new(spin_us_of(&config.file)));
+    let reader_failed = spawn_reader(
+        st.device.as_ref(),
+        (&limit, &spin_us),
+        st.our,
+        &fsids,
+        &registry,
+    );
     let (kick_tx, kicks) = mpsc::unbounded_channel();
     let (done_tx, done) = mpsc::unbounded_channel::<String>();
     let ctx = LsContext {
@@ -171,6 +180,7 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         registry,
         fsids,
         limit,
+        spin_us,
         ctx,
         uevent_log: crate::rate::LogEvery::default(),
         quit: false,
@@ -340,9 +350,19 @@ where
 
 /// The plock device's reader task (when plocks are enabled); its failure comes back on
 /// the channel and ends the daemon.
+/// `plock_spin_us` as dlm.conf says, in µs.
+fn spin_us_of(file: &crate::config::ConfFile) -> u64 {
+    u64::try_from(super::PlockConf::of(file).spin.as_micros()).unwrap_or(0)
+}
+
+/// The plock device's reader, with its rate limit and spin window (both follow
+/// `reload_config` and `set_config`).
 fn spawn_reader(
     device: Option<&Arc<MiscDevice>>,
-    limit: &Arc<std::sync::atomic::AtomicI64>,
+    (limit, spin_us): (
+        &Arc<std::sync::atomic::AtomicI64>,
+        &Arc<std::sync::atomic::AtomicU64>,
+    ),
     our: u32,
     fsids: &plock_device::Fsids,
     registry: &query::Registry,
@@ -352,6 +372,7 @@ fn spawn_reader(
         let reader = plock_device::reader(
             d.clone(),
             limit.clone(),
+            spin_us.clone(),
             our,
             fsids.clone(),
             registry.clone(),
@@ -465,12 +486,20 @@ impl Daemon<'_> {
         if let Ok(mut d) = self.config_dump.lock() {
             *d = Arc::new(self.config.options.dump());
         }
-        self.reload_locks_max();
+        self.reload_plock_conf();
     }
 
-    /// `plock_locks_max` as dlm.conf says now (a reload replaced the file's sections):
-    /// lockspaces joined later take it, and each running one at once.
-    fn reload_locks_max(&mut self) {
+    /// `plock_spin_us` and `plock_locks_max` as dlm.conf says now (a reload replaced the
+    /// file's sections): the reader's next wake-up takes the first; lockspaces joined later
+    /// take the second, and each running one at once.
+    fn reload_plock_conf(&mut self) {
+        let spin = spin_us_of(&self.config.file);
+        let was = self
+            .spin_us
+            .swap(spin, std::sync::atomic::Ordering::Relaxed);
+        if spin != was {
+            tracing::info!("plock_spin_us {spin} (was {was})");
+        }
         let max = super::PlockConf::of(&self.config.file).locks_max;
         if max == self.ctx.plock.locks_max {
             return;

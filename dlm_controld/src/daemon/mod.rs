@@ -17,6 +17,7 @@ mod plock_device;
 mod query;
 mod round_trip;
 mod sched;
+mod spin;
 mod startup;
 
 use std::fs::{self, OpenOptions};
@@ -593,6 +594,8 @@ pub(crate) struct PlockConf {
     pub(crate) c_peers_cancel: bool,
     /// `plock_locks_max` (0: no bound).
     pub(crate) locks_max: usize,
+    /// `plock_spin_us` (zero: the reader sleeps as soon as the device is empty).
+    pub(crate) spin: Duration,
 }
 
 impl PlockConf {
@@ -610,6 +613,10 @@ impl PlockConf {
             deadlock: file.plock_deadlock_detect.unwrap_or(false),
             c_peers_cancel: file.c_peers_apply_cancel.unwrap_or(false),
             locks_max: usize::try_from(locks_max).unwrap_or(usize::MAX),
+            spin: Duration::from_micros(u64::from(
+                file.plock_spin_us
+                    .unwrap_or(crate::config::PLOCK_SPIN_US_DEFAULT),
+            )),
         }
     }
 }
@@ -625,9 +632,13 @@ mod tests {
         assert!(d.native && !d.deadlock && !d.c_peers_cancel);
         assert_eq!(d.native_sync, Some(Duration::from_secs(1)));
         assert_eq!(d.locks_max, 1_000_000);
-        let c = of("plock_native=0\nplock_native_sync_ms=0\nplock_locks_max=5\n");
+        assert_eq!(d.spin, Duration::from_micros(50));
+        let c = of("plock_native=0\nplock_native_sync_ms=0\nplock_locks_max=5\nplock_spin_us=0\n");
         assert!(!c.native);
-        assert_eq!((c.native_sync, c.locks_max), (None, 5));
+        assert_eq!(
+            (c.native_sync, c.locks_max, c.spin),
+            (None, 5, Duration::ZERO)
+        );
         assert_eq!(
             of("plock_native_sync_ms=250\n").native_sync,
             Some(Duration::from_millis(250))

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
@@ -22,10 +22,12 @@ pub(crate) type Fsids = Arc<std::sync::RwLock<BTreeMap<u32, Arc<str>>>>;
 pub(crate) async fn reader(
     device: Arc<MiscDevice>,
     limit: Arc<AtomicI64>,
+    spin_us: Arc<AtomicU64>,
     our: u32,
     fsids: Fsids,
     registry: query::Registry,
 ) -> DaemonError {
+    let dev = device.clone();
     // SAFETY: the Arc keeps the device (and its descriptor) open for as long as the
     // AsyncFd that owns this clone of it.
     let fd = match unsafe {
@@ -38,6 +40,7 @@ pub(crate) async fn reader(
     // one batch for the reader's life: a read does not clear 2 KiB first
     let mut batch = Records::default();
     let mut routes = Routes::default();
+    let mut spinner = Spinner::new(spin_us);
     loop {
         if !gate.open() {
             gate.closed().await;
@@ -48,17 +51,138 @@ pub(crate) async fn reader(
             Ok(g) => g,
             Err(e) => return DaemonError::Io("plock device", e),
         };
-        let limit = limit.load(Ordering::Relaxed);
         let mut ctx = ReadCtx {
-            limit,
+            limit: limit.load(Ordering::Relaxed),
             our,
             fsids: &fsids,
             registry: &registry,
             routes: &mut routes,
         };
-        if let Err(e) = read_plocks(&mut guard, &mut gate, &mut batch, &mut ctx) {
-            return e;
+        let read = read_plocks(
+            &dev,
+            &mut || guard.clear_ready(),
+            &mut gate,
+            &mut batch,
+            &mut ctx,
+        );
+        drop(guard);
+        match read {
+            Err(e) => return e,
+            Ok(0) => {}
+            Ok(_) => {
+                if let Err(e) = spinner
+                    .after_wake(&dev, &mut gate, &mut batch, &mut ctx)
+                    .await
+                {
+                    return e;
+                }
+            }
         }
+    }
+}
+
+/// A spinning reader looks at the machine's load again every this many turns.
+const LOAD_EVERY: u32 = 32;
+
+/// The reader's spin ([`super::spin`]): its window, which a reload may change, what it
+/// reads to see whether CPUs are free, and its counters.
+struct Spinner {
+    state: super::spin::Spin,
+    window_us: Arc<AtomicU64>,
+    cpus: usize,
+    /// `/proc/loadavg`, kept open (none: no spin).
+    loadavg: Option<std::fs::File>,
+    found: prometheus::IntCounter,
+    none: prometheus::IntCounter,
+    busy: prometheus::IntCounter,
+}
+
+impl Spinner {
+    fn new(window_us: Arc<AtomicU64>) -> Self {
+        let m = &crate::metrics::get().plock_spins;
+        Self {
+            state: super::spin::Spin::default(),
+            window_us,
+            cpus: super::spin::cpus_allowed(),
+            loadavg: std::fs::File::open("/proc/loadavg").ok(),
+            found: m.with_label_values(&["request"]),
+            none: m.with_label_values(&["none"]),
+            busy: m.with_label_values(&["busy"]),
+        }
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us.load(Ordering::Relaxed))
+    }
+
+    /// Whether a CPU is free for the spin now (one read of `/proc/loadavg`).
+    fn cpu_to_spare(&self) -> bool {
+        use std::os::unix::fs::FileExt;
+        let Some(f) = self.loadavg.as_ref() else {
+            return false;
+        };
+        let mut buf = [0u8; 128];
+        let n = f.read_at(&mut buf, 0).unwrap_or(0);
+        let runnable = super::spin::runnable_of(&buf[..n]).unwrap_or(usize::MAX);
+        super::spin::cpu_to_spare(runnable, self.cpus)
+    }
+
+    /// After a wake-up that found requests: reads on, giving the daemon's other tasks
+    /// their turns in between, while requests keep coming within the window and no other
+    /// task wants the CPU.
+    async fn after_wake(
+        &mut self,
+        dev: &MiscDevice,
+        gate: &mut DeviceGate,
+        batch: &mut Records,
+        ctx: &mut ReadCtx<'_>,
+    ) -> Result<(), DaemonError> {
+        let window = self.window();
+        let now = std::time::Instant::now();
+        self.state.woke(now, window);
+        let Some(mut until) = self.state.idle(now, window) else {
+            return Ok(());
+        };
+        let mut turns = 0u32;
+        while gate.open() {
+            // the machine's load at the start and every few turns after
+            if turns % LOAD_EVERY == 0 && !self.cpu_to_spare() {
+                self.busy.inc();
+                return Ok(());
+            }
+            turns = turns.wrapping_add(1);
+            tokio::task::yield_now().await;
+            if !self.yield_cpu(window) {
+                return Ok(());
+            }
+            let n = read_plocks(dev, &mut || {}, gate, batch, ctx)?;
+            let now = std::time::Instant::now();
+            if n > 0 {
+                self.found.inc();
+                match self.state.idle(now, window) {
+                    Some(u) => until = u,
+                    None => return Ok(()),
+                }
+            } else if now >= until {
+                self.none.inc();
+                self.state.missed();
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives this CPU to any task waiting for it; `false` (and the spin given up) when one
+    /// took it for more than half a window.
+    fn yield_cpu(&mut self, window: Duration) -> bool {
+        let yielded = std::time::Instant::now();
+        std::thread::yield_now();
+        if yielded.elapsed() > window / 2 {
+            self.busy.inc();
+            self.state.missed();
+            return false;
+        }
+        true
     }
 }
 
@@ -214,29 +338,32 @@ impl Routes {
 
 /// Every request queued on the device, per wakeup (C reads one per poll), up to
 /// [`MiscDevice::records_per_call`] per system call, while the gate lets; readiness is
-/// kept for after a pause. A read that brings fewer records than it had room for emptied
-/// the device.
+/// kept for after a pause (`clear_ready` forgets it once the device is empty). A read that
+/// brings fewer records than it had room for emptied the device. Returns how many were
+/// read.
 fn read_plocks(
-    guard: &mut tokio::io::unix::AsyncFdReadyGuard<'_, PlockFd>,
+    dev: &MiscDevice,
+    clear_ready: &mut dyn FnMut(),
     gate: &mut DeviceGate,
     batch: &mut Records,
     ctx: &mut ReadCtx<'_>,
-) -> Result<(), DaemonError> {
+) -> Result<usize, DaemonError> {
     let eof = || DaemonError::Io("plock device", io::ErrorKind::UnexpectedEof.into());
+    let mut total = 0;
     loop {
         // one clock read per read: the gate, the plock log's lines and the requests'
         // latency
         let t0 = std::time::Instant::now();
         let now_ms = crate::clock::ms_at(t0);
-        let dev = &guard.get_inner().0;
         let room = gate.admit(ctx.limit, now_ms, dev.records_per_call());
         if room == 0 {
-            return Ok(());
+            return Ok(total);
         }
         batch.limit(room);
         match dev.try_read_records(batch) {
             Ok(0) => return Err(eof()),
             Ok(n) => {
+                total += n;
                 gate.unused(room - n);
                 plock_requests(batch, now_ms, t0, ctx, dev);
                 // the fake kernel gone: every read from now on brings empty records
@@ -244,14 +371,14 @@ fn read_plocks(
                     return Err(eof());
                 }
                 if n < room {
-                    guard.clear_ready();
-                    return Ok(());
+                    clear_ready();
+                    return Ok(total);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 gate.unused(room);
-                guard.clear_ready();
-                return Ok(());
+                clear_ready();
+                return Ok(total);
             }
             Err(e) => return Err(DaemonError::Io("plock device", e)),
         }
