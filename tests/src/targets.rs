@@ -81,6 +81,15 @@ pub const ONE_NODE_CONTENDED: &[Target] = &[
     QUERIES[1],
 ];
 
+/// One node, one process alone (the real kernel's row on the fake kernel): native ≥ 1.2×
+/// C's ownership mode; C-compatible ≥ 1.2× C's default mode.
+pub const ONE_PROCESS: &[Target] = &[
+    Target::of(Ours, Mode(COwnership), Rate, 1.2),
+    Target::of(OursCompat, Mode(CDefault), Rate, 1.2),
+    QUERIES[0],
+    QUERIES[1],
+];
+
 /// Three nodes, node-local (the load on node 1 on own files or one file, every node on its
 /// own files): as on one node, with C-compatible ≥ 1.0×.
 pub const THREE_NODES_LOCAL: &[Target] = &[

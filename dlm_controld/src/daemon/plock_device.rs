@@ -159,6 +159,7 @@ impl Spinner {
             let now = std::time::Instant::now();
             if n > 0 {
                 self.found.inc();
+                self.state.found();
                 match self.state.idle(now, window) {
                     Some(u) => until = u,
                     None => return Ok(()),
@@ -172,14 +173,13 @@ impl Spinner {
         Ok(())
     }
 
-    /// Gives this CPU to any task waiting for it; `false` (and the spin given up) when one
-    /// took it for more than half a window.
+    /// Gives this CPU to any task waiting for it; `false` (the spin given up until the
+    /// next wake-up) when one took it for more than half a window.
     fn yield_cpu(&mut self, window: Duration) -> bool {
         let yielded = std::time::Instant::now();
         std::thread::yield_now();
         if yielded.elapsed() > window / 2 {
             self.busy.inc();
-            self.state.missed();
             return false;
         }
         true

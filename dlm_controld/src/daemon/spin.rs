@@ -5,7 +5,8 @@
 //! CPUs), and that wake-up is most of such a request's time. Reading on is worth it only
 //! while requests do come back that quickly, so it is tried after a request that came
 //! within a few windows of the device emptying, and given up at the first window without
-//! one; nor is it while every CPU the daemon may use has a task to run (the reader would
+//! one, after which it backs off for twice as many wake-ups at each window missed in a row
+//! (replies that wait for a CPG round trip make it rare); nor is it while every CPU the daemon may use has a task to run (the reader would
 //! hold a CPU that one of them, or the process its reply wakes, needs), and it stops when
 //! yielding its CPU showed that another task wanted it. No I/O and no clock: the reader
 //! passes the instants and the tasks runnable.
@@ -14,6 +15,10 @@ use std::time::{Duration, Instant};
 
 /// A request that came within this many windows of the device emptying arms the spin.
 const ARM_WINDOWS: u32 = 4;
+/// After `k` windows in a row without a request, the next `2^k` wake-ups do not spin (at
+/// most 2^6): where replies wait for something slower than the window (a CPG round trip
+/// in a C-compatible lockspace), spinning stays rare.
+const BACKOFF_MAX: u32 = 6;
 
 /// The reader's spin state.
 #[derive(Debug, Default)]
@@ -22,6 +27,10 @@ pub(crate) struct Spin {
     armed: bool,
     /// When the device was last found empty.
     idle_since: Option<Instant>,
+    /// Windows in a row that passed without a request (at most [`BACKOFF_MAX`]).
+    misses: u32,
+    /// Wake-ups still to go without a spin.
+    skip: u32,
 }
 
 impl Spin {
@@ -33,17 +42,26 @@ impl Spin {
     }
 
     /// Requests read at `now` after a sleep: the spin is armed if they came within
-    /// [`ARM_WINDOWS`] windows of the device emptying.
+    /// [`ARM_WINDOWS`] windows of the device emptying and no back-off is running.
     pub(crate) fn woke(&mut self, now: Instant, window: Duration) {
         if let Some(t) = self.idle_since.take() {
-            self.armed = now.saturating_duration_since(t) <= window * ARM_WINDOWS;
+            let quick = now.saturating_duration_since(t) <= window * ARM_WINDOWS;
+            self.armed = quick && self.skip == 0;
+            self.skip = self.skip.saturating_sub(1);
         }
     }
 
-    /// A window passed without a request: sleep at the next empty read too, until
-    /// requests come back that quickly again.
+    /// A read while spinning found requests: the spin pays, the back-off is over.
+    pub(crate) fn found(&mut self) {
+        self.misses = 0;
+    }
+
+    /// A window passed without a request: sleep at the next empty read, and let the next
+    /// 2^k wake-ups (k windows missed in a row) pass without a spin.
     pub(crate) fn missed(&mut self) {
         self.armed = false;
+        self.misses = (self.misses + 1).min(BACKOFF_MAX);
+        self.skip = 1 << self.misses;
     }
 }
 
@@ -92,6 +110,42 @@ mod tests {
         // a window without a request: the next empty read sleeps
         s.missed();
         assert_eq!(s.idle(us(t, 300), W), None);
+    }
+
+    #[test]
+    fn windows_missed_in_a_row_back_off_twice_as_long_each_time() {
+        let t = Instant::now();
+        let mut s = Spin::default();
+        // one quick wake-up: armed
+        let wake = |s: &mut Spin, at: u64| {
+            s.idle(us(t, at), W);
+            s.woke(us(t, at + 10), W);
+            s.idle(us(t, at + 20), W).is_some()
+        };
+        assert!(wake(&mut s, 0));
+        s.missed();
+        // 2 quick wake-ups without a spin, then one
+        assert!(!wake(&mut s, 100));
+        assert!(!wake(&mut s, 200));
+        assert!(wake(&mut s, 300));
+        s.missed();
+        // now 4
+        for i in 0..4 {
+            assert!(!wake(&mut s, 400 + 100 * i), "{i}");
+        }
+        assert!(wake(&mut s, 900));
+        // a request found while spinning ends the back-off: the next miss skips 2 again
+        s.found();
+        s.missed();
+        assert!(!wake(&mut s, 1000));
+        assert!(!wake(&mut s, 1100));
+        assert!(wake(&mut s, 1200));
+        // never more than 64
+        for _ in 0..10 {
+            s.missed();
+        }
+        let spun = (0..70).filter(|i| wake(&mut s, 2000 + 100 * i)).count();
+        assert_eq!(spun, 70 - 64);
     }
 
     #[test]

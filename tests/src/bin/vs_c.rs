@@ -1,8 +1,9 @@
 //! `vs_c [SECONDS]`: our daemon against Debian's C `dlm_controld` 4.2.0 (in its default mode
 //! and with `plock_ownership=1`), side by side on one corosync node and the fake kernel, with
 //! one workload driver (this binary) for all of them. The driver plays 16 processes, each
-//! with one request outstanding (closed loop), on three cases: each process on its own file
-//! (node-local), one file with disjoint ranges, and one byte contended with F_SETLKW. A
+//! with one request outstanding (closed loop), on four cases: each process on its own file
+//! (node-local), one file with disjoint ranges, one byte contended with F_SETLKW, and one
+//! process alone on its file (the real-kernel bench's row, one request at a time). A
 //! stand-in daemon that answers every request at once measures the driver itself first. Runs
 //! alternate daemon by daemon, twice, so machine drift cancels; each row is the median.
 //! Per case: ops/s, latency p50/p99, CPU per op of the daemon and of corosync, non-blocking
@@ -45,6 +46,9 @@ enum Case {
     NodeLocal,
     OneFile,
     Contended,
+    /// One process locking and unlocking its file alone: each request waits for the
+    /// last reply (the real-kernel bench's row, on the fake kernel).
+    Alone,
 }
 
 impl BenchCase for Case {
@@ -53,6 +57,7 @@ impl BenchCase for Case {
             Self::NodeLocal => "1 node, each process on its own file",
             Self::OneFile => "1 node, one file, disjoint ranges",
             Self::Contended => "1 node, one byte contended (F_SETLKW)",
+            Self::Alone => "1 node, one process alone on its file",
         }
     }
 
@@ -60,18 +65,24 @@ impl BenchCase for Case {
         match self {
             Self::NodeLocal | Self::OneFile => targets::ONE_NODE_LOCAL,
             Self::Contended => targets::ONE_NODE_CONTENDED,
+            Self::Alone => targets::ONE_PROCESS,
         }
     }
 }
 
 impl Case {
+    /// Its simulated processes.
+    fn procs(self) -> u64 {
+        if self == Self::Alone { 1 } else { procs() }
+    }
+
     /// Process `p`'s lock: (inode, start, end, wait). `VS_WAIT=1`: the uncontended cases
     /// with F_SETLKW too, as `lockf(LOCK_EX)` asks (the real-kernel bench's loop).
     fn lock_of(self, p: u64) -> (u64, u64, u64, bool) {
         static WAIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let wait = *WAIT.get_or_init(|| std::env::var("VS_WAIT").is_ok_and(|w| w == "1"));
         match self {
-            Self::NodeLocal => (1000 + p, 0, 9, wait),
+            Self::NodeLocal | Self::Alone => (1000 + p, 0, 9, wait),
             Self::OneFile => (7, 10 * p, 10 * p + 9, wait),
             Self::Contended => (9, 0, 0, true),
         }
@@ -160,7 +171,7 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
             .daemon
             .is_some()
             .then(|| sc.spawn(|| probe_queries(&cs.netns, &stop)));
-        let d = drive(&s.k, fsid, &script, first, procs(), secs);
+        let d = drive(&s.k, fsid, &script, first, case.procs(), secs);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let ls = prober.and_then(|p| p.join().ok()).unwrap_or_default();
         (d, ls)
@@ -230,7 +241,7 @@ fn main() -> ExitCode {
     );
     // `VS_CASES=<indexes>` (e.g. `2`: the contended case alone), for profiling
     let cases = chosen(
-        &[Case::NodeLocal, Case::OneFile, Case::Contended],
+        &[Case::NodeLocal, Case::OneFile, Case::Contended, Case::Alone],
         std::env::var("VS_CASES").ok().as_deref(),
     );
     let done = alternate(
