@@ -296,14 +296,7 @@ fn plock_locks_max_follows_reload_config() {
     assert_eq!(rv(PlockOp::LOCK, 20, 29), -dlm_proto::errno::ENOLCK);
     assert_eq!(gauge("dlm_plock_own_locks"), 1.0);
     assert_eq!(gauge("dlm_plock_locks_max"), 1.0);
-    std::fs::write(dir.join("etc/dlm/dlm.conf"), "plock_locks_max=3\n").expect("dlm.conf");
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", &ns.0])
-        .arg(our_tool())
-        .arg("reload_config")
-        .output()
-        .expect("run dlm_tool");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "reload_config done\n");
+    reload_config(&dir, &ns.0, "plock_locks_max=3\n");
     // a scrape asks the lockspace's task itself, behind the new bound in its queue
     let deadline = std::time::Instant::now() + T;
     while gauge("dlm_plock_locks_max") != 3.0 {
@@ -344,14 +337,7 @@ fn the_reader_spins_as_plock_spin_us_says_and_reload_config_turns_it_off() {
         spins() > 0.0,
         "a request back within 4 ms of the last is spun for"
     );
-    std::fs::write(dir.join("etc/dlm/dlm.conf"), "plock_spin_us=0\n").expect("dlm.conf");
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", &ns.0])
-        .arg(our_tool())
-        .arg("reload_config")
-        .output()
-        .expect("run dlm_tool");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "reload_config done\n");
+    reload_config(&dir, &ns.0, "plock_spin_us=0\n");
     // a spin already going ends within its millisecond
     std::thread::sleep(Duration::from_millis(50));
     let before = spins();
@@ -388,6 +374,18 @@ fn each_hop_of_a_request_is_measured() {
     assert!(m("dlm_cpg_round_trip_seconds_sum") > 0.0);
     drop(k);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// dlm.conf replaced by `conf`, then our `dlm_tool reload_config` in `ns`.
+fn reload_config(dir: &std::path::Path, ns: &str, conf: &str) {
+    std::fs::write(dir.join("etc/dlm/dlm.conf"), conf).expect("dlm.conf");
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(our_tool())
+        .arg("reload_config")
+        .output()
+        .expect("run dlm_tool");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "reload_config done\n");
 }
 
 /// Our dlm_tool, built beside this test by `cargo test --workspace`.
