@@ -111,7 +111,11 @@ impl Spinner {
         }
     }
 
+    /// The window now (zero with one CPU: never tried, nothing counted).
     fn window(&self) -> Duration {
+        if self.cpus <= 1 {
+            return Duration::ZERO;
+        }
         Duration::from_micros(self.window_us.load(Ordering::Relaxed))
     }
 
