@@ -355,8 +355,8 @@ fn spin_us_of(file: &crate::config::ConfFile) -> u64 {
     u64::try_from(super::PlockConf::of(file).spin.as_micros()).unwrap_or(0)
 }
 
-/// The plock device's reader, with its rate limit and spin window (both follow
-/// `reload_config` and `set_config`).
+/// The plock device's reader, with its rate limit (follows `set_config` and
+/// `reload_config`) and spin window (follows `reload_config`).
 fn spawn_reader(
     device: Option<&Arc<MiscDevice>>,
     (limit, spin_us): (
