@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use super::agent::{AgentExit, RunExit};
 use super::cluster::{CorosyncServices, QuorumState};
 use super::daemon_group::{self, DaemonGroup, FenceFacts};
+use super::tick::Tick;
 use super::{
     DaemonArgs, DaemonError, EEXIST, ENOENT, LsCommand, LsContext, admission, control, lockspace,
     metrics_http, notify_ready, plock_device, query, sd_notify, sinks, watchdog_interval,
@@ -69,8 +70,8 @@ struct Sources {
     control: mpsc::UnboundedReceiver<control::ControlCmd>,
     done: mpsc::UnboundedReceiver<String>,
     reader_failed: mpsc::UnboundedReceiver<DaemonError>,
-    tick: tokio::time::Interval,
-    watchdog: Option<tokio::time::Interval>,
+    tick: Tick,
+    watchdog: Option<Tick>,
     signals: Signals,
 }
 
@@ -163,10 +164,15 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         control,
         done,
         reader_failed,
-        tick: tokio::time::interval(Duration::from_secs(1)),
+        // kernel timers, not tokio's: with none of tokio's pending, the thread parks
+        // without a timeout (tick.rs)
+        tick: Tick::every(Duration::from_secs(1)).map_err(|e| DaemonError::Io("timerfd", e))?,
         // the watchdog is fed from this loop, the one that reads the kernel and the
         // groups: if it stops turning, systemd hears nothing
-        watchdog: watchdog_interval().map(tokio::time::interval),
+        watchdog: watchdog_interval()
+            .map(Tick::every)
+            .transpose()
+            .map_err(|e| DaemonError::Io("timerfd", e))?,
         signals: st.signals,
     };
     let daemon = Daemon {
