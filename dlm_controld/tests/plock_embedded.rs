@@ -354,6 +354,27 @@ fn the_reader_spins_as_plock_spin_us_says_and_reload_config_turns_it_off() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `plock_spin_us` in a C-compatible lockspace: every reply waits for a CPG round trip, so
+/// the next request never comes within a window of the device emptying, and the reader
+/// never tries (it did, and paid a look at the machine's load at most wake-ups).
+#[test]
+fn the_reader_never_spins_for_a_c_compatible_lockspace() {
+    let (dir, k, ns, _d, fsid) = start_with("plspin0", &[], "plock_native=0\nplock_spin_us=1000\n");
+    for i in 0..50 {
+        for op in [PlockOp::LOCK, PlockOp::UNLOCK] {
+            k.send_plock(&req(op, 1, true, false, 10 * i, 10 * i + 1, fsid))
+                .expect("send");
+            assert_eq!(reply(&k).rv, 0);
+        }
+    }
+    for o in ["request", "none", "busy"] {
+        let n = metric_in_ns(&ns.0, &format!("dlm_plock_spins_total{{outcome=\"{o}\"}}"));
+        assert_eq!(n, 0.0, "{o}");
+    }
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The hops of a request are measured: each request read is taken by its task once
 /// (`dlm_plock_handoff_seconds`), and each message of ours comes back once
 /// (`dlm_cpg_round_trip_seconds`, C-compatible here so every request is a message).

@@ -98,6 +98,16 @@ pub(crate) fn over_backlog() -> bool {
     backlog_room() == 0
 }
 
+/// Lockspaces in native mode now, over every task (each adds itself while it is).
+static NATIVE_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Some lockspace is in native mode: some request may be answered without a CPG round trip,
+/// and so be followed by its process's next one within microseconds (the plock reader's
+/// spin pays only then).
+pub(crate) fn any_native() -> bool {
+    NATIVE_NOW.load(Ordering::Relaxed) > 0
+}
+
 /// Requests the device may still be read for before the backlog is over [`BACKLOG_MAX`].
 pub(crate) fn backlog_room() -> usize {
     let now = crate::metrics::get().plock_backlog.get();
@@ -211,6 +221,8 @@ struct Shell {
     backlog: usize,
     /// Native counts last published.
     native_seen: crate::lscore::NativeStats,
+    /// This task counted in [`NATIVE_NOW`].
+    native_counted: bool,
     /// The core's generation of the report last published.
     published: Option<u64>,
     /// Our messages in flight, for the round trip through corosync.
@@ -585,6 +597,18 @@ impl Shell {
         m.native_batches
             .inc_by(now.batches - self.native_seen.batches);
         self.native_seen = now;
+        self.count_native(self.core.is_native());
+    }
+
+    /// Counts this lockspace in [`NATIVE_NOW`] while it is native.
+    fn count_native(&mut self, native: bool) {
+        if native != std::mem::replace(&mut self.native_counted, native) {
+            if native {
+                NATIVE_NOW.fetch_add(1, Ordering::Relaxed);
+            } else {
+                NATIVE_NOW.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn event(&mut self, ev: Event) {
@@ -727,6 +751,7 @@ impl Shell {
             drop_log: crate::rate::LogEvery::default(),
             backlog: 0,
             native_seen: crate::lscore::NativeStats::default(),
+            native_counted: false,
             published: None,
             round_trips: super::round_trip::RoundTrips::default(),
             pid: std::process::id(),
@@ -839,6 +864,7 @@ impl Shell {
         let text = self.text.to_string();
         self.answer_the_rest(&mut commands);
         self.publish_backlog_as(0);
+        self.count_native(false);
         if !self.core.is_left() {
             // ended without a leave (corosync went away): still registered, nothing replaced us
             unregister(&self.ctx, &text);

@@ -111,9 +111,11 @@ impl Spinner {
         }
     }
 
-    /// The window now (zero with one CPU: never tried, nothing counted).
+    /// The window now: zero (never tried, nothing counted) with one CPU, or while no
+    /// lockspace is native (every reply then waits for a CPG round trip, and the next
+    /// request of its process comes after it, never within a window).
     fn window(&self) -> Duration {
-        if self.cpus <= 1 {
+        if self.cpus <= 1 || !lockspace::any_native() {
             return Duration::ZERO;
         }
         Duration::from_micros(self.window_us.load(Ordering::Relaxed))
