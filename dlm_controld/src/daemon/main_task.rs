@@ -16,7 +16,6 @@ use tokio::sync::{mpsc, watch};
 use super::agent::{AgentExit, RunExit};
 use super::cluster::{CorosyncServices, QuorumState};
 use super::daemon_group::{self, DaemonGroup, FenceFacts};
-use super::tick::Tick;
 use super::{
     DaemonArgs, DaemonError, EEXIST, ENOENT, LsCommand, LsContext, admission, control, lockspace,
     metrics_http, notify_ready, plock_device, query, sd_notify, sinks, watchdog_interval,
@@ -70,8 +69,8 @@ struct Sources {
     control: mpsc::UnboundedReceiver<control::ControlCmd>,
     done: mpsc::UnboundedReceiver<String>,
     reader_failed: mpsc::UnboundedReceiver<DaemonError>,
-    tick: Tick,
-    watchdog: Option<Tick>,
+    tick: tokio::time::Interval,
+    watchdog: Option<tokio::time::Interval>,
     signals: Signals,
 }
 
@@ -164,15 +163,10 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         control,
         done,
         reader_failed,
-        // kernel timers, not tokio's: with none of tokio's pending, the thread parks
-        // without a timeout (tick.rs)
-        tick: Tick::every(Duration::from_secs(1)).map_err(|e| DaemonError::Io("timerfd", e))?,
+        tick: tokio::time::interval(Duration::from_secs(1)),
         // the watchdog is fed from this loop, the one that reads the kernel and the
         // groups: if it stops turning, systemd hears nothing
-        watchdog: watchdog_interval()
-            .map(Tick::every)
-            .transpose()
-            .map_err(|e| DaemonError::Io("timerfd", e))?,
+        watchdog: watchdog_interval().map(tokio::time::interval),
         signals: st.signals,
     };
     let daemon = Daemon {

@@ -19,7 +19,6 @@ mod round_trip;
 mod sched;
 mod spin;
 mod startup;
-mod tick;
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -175,7 +174,7 @@ fn watchdog_interval() -> Option<Duration> {
 }
 
 /// [`watchdog_interval`] from the two variables' values: at least a millisecond (a zero
-/// period would be a timer that never expires).
+/// period would make `tokio::time::interval` panic).
 fn watchdog_interval_of(usec: Option<&str>, pid: Option<&str>, ours: u32) -> Option<Duration> {
     let usec: u64 = usec?.parse().ok()?;
     if let Some(pid) = pid {
