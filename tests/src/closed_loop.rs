@@ -147,6 +147,10 @@ pub fn request(fsid: u32, owner: u64, s: Step) -> PlockInfo {
 /// Runs `procs` processes (owners `first..first+procs`) through `script` for `secs`; then
 /// the drain, not counted: each process, at its next reply, unlocks everything it has on
 /// that inode and stops. `None` if the daemon stopped answering (5 s without a reply).
+/// The replies there are taken in one system call ([`crate::plock_port`]); each process's
+/// next request goes out as soon as its reply is seen, as independent processes would
+/// send them (sending a batch's requests together made the daemon and the driver take
+/// turns, each idle while the other worked).
 pub fn drive(
     k: &FakeKernel,
     fsid: u32,
@@ -155,45 +159,90 @@ pub fn drive(
     procs: u64,
     secs: f64,
 ) -> Option<Drive> {
-    // per process: when its request left, its step, and whether it is in its last unlock
-    let mut at: BTreeMap<u64, (Instant, u64, bool)> = BTreeMap::new();
-    // non-blocking requests in the order sent: their replies must come in that order
-    let mut order: VecDeque<(u64, PlockOp)> = VecDeque::new();
-    let send = |info: PlockInfo, order: &mut VecDeque<(u64, PlockOp)>| {
-        if !info.wait {
-            order.push_back((info.owner, info.op));
-        }
-        k.send_plock(&info).ok()
+    let port = k.plock_port(Duration::from_secs(10))?;
+    let mut run = Running {
+        at: BTreeMap::new(),
+        order: VecDeque::new(),
+        out: Vec::new(),
+        d: Drive::default(),
     };
+    let now = Instant::now();
     for p in 0..procs {
-        let s = script.step(p, 0);
-        send(request(fsid, first + p, s), &mut order)?;
-        at.insert(first + p, (Instant::now(), 0, false));
+        run.send(request(fsid, first + p, script.step(p, 0)), now, 0, false);
     }
-    let mut d = Drive::default();
+    port.send(&run.out).ok()?;
     let t0 = Instant::now();
-    while !at.is_empty() {
-        let r = k.recv_plock(Duration::from_secs(5))?;
+    let mut replies = Vec::new();
+    while !run.at.is_empty() {
+        port.recv(&mut replies, Duration::from_secs(5)).ok()?;
+        if replies.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        let ending = t0.elapsed().as_secs_f64() >= secs;
+        for r in &replies {
+            run.out.clear();
+            run.reply(r, now, ending, fsid, first, script);
+            port.send(&run.out).ok()?;
+        }
+    }
+    Some(run.d)
+}
+
+/// One driver's processes in flight.
+struct Running {
+    /// Per process: when its request left, its step, and whether it is in its last unlock.
+    at: BTreeMap<u64, (Instant, u64, bool)>,
+    /// Non-blocking requests in the order sent: their replies must come in that order.
+    order: VecDeque<(u64, PlockOp)>,
+    /// The requests to send now.
+    out: Vec<PlockInfo>,
+    d: Drive,
+}
+
+impl Running {
+    fn send(&mut self, info: PlockInfo, now: Instant, step: u64, last: bool) {
+        if !info.wait {
+            self.order.push_back((info.owner, info.op));
+        }
+        self.at.insert(info.owner, (now, step, last));
+        self.out.push(info);
+    }
+
+    /// A reply: checked against the send order, counted, and its process's next request
+    /// queued (its last unlock once the time is up, nothing after that).
+    fn reply(
+        &mut self,
+        r: &PlockInfo,
+        now: Instant,
+        ending: bool,
+        fsid: u32,
+        first: u64,
+        script: &dyn Script,
+    ) {
         if !r.wait {
-            match order.iter().position(|&(o, op)| o == r.owner && op == r.op) {
+            match self
+                .order
+                .iter()
+                .position(|&(o, op)| o == r.owner && op == r.op)
+            {
                 Some(0) => {
-                    order.pop_front();
+                    self.order.pop_front();
                 }
                 Some(i) => {
-                    d.out_of_order += 1;
-                    order.remove(i);
+                    self.d.out_of_order += 1;
+                    self.order.remove(i);
                 }
                 None => {}
             }
         }
-        let Some((t, n, last)) = at.remove(&r.owner) else {
-            continue;
+        let Some((t, n, last)) = self.at.remove(&r.owner) else {
+            return;
         };
         if last {
-            continue;
+            return;
         }
-        let p = r.owner - first;
-        if t0.elapsed().as_secs_f64() >= secs {
+        if ending {
             let s = Step {
                 op: PlockOp::UNLOCK,
                 number: r.number,
@@ -201,17 +250,14 @@ pub fn drive(
                 end: u64::MAX,
                 wait: false,
             };
-            send(request(fsid, r.owner, s), &mut order)?;
-            at.insert(r.owner, (Instant::now(), n + 1, true));
-            continue;
+            self.send(request(fsid, r.owner, s), now, n + 1, true);
+            return;
         }
-        d.latencies.push(t.elapsed());
-        d.ops += 1;
-        let s = script.step(p, n + 1);
-        send(request(fsid, r.owner, s), &mut order)?;
-        at.insert(r.owner, (Instant::now(), n + 1, false));
+        self.d.latencies.push(now.saturating_duration_since(t));
+        self.d.ops += 1;
+        let s = script.step(r.owner - first, n + 1);
+        self.send(request(fsid, r.owner, s), now, n + 1, false);
     }
-    Some(d)
 }
 
 /// The `m`‰ latency in µs of sorted `lat`.

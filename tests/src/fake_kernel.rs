@@ -163,7 +163,7 @@ pub fn daemon_end(root: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-fn readable(fd: &impl AsFd, ms: u16) -> bool {
+pub(crate) fn readable(fd: &impl AsFd, ms: u16) -> bool {
     let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
     matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
 }
@@ -338,6 +338,23 @@ impl FakeKernel {
     /// Sends raw bytes on the plock device (for bad-input tests).
     pub fn send_plock_raw(&self, bytes: &[u8]) -> io::Result<()> {
         self.conn_send("plock", bytes, Duration::from_secs(10))
+    }
+
+    /// The plock device's connection for a bench driver ([`crate::plock_port`]), once a
+    /// daemon has it open (waiting up to `limit`, as [`Self::send_plock`] does).
+    pub fn plock_port(&self, limit: Duration) -> Option<crate::plock_port::PlockPort> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(conns) = self.shared.conns.lock() {
+                if let Some(fd) = conns.get("plock") {
+                    return fd.try_clone().ok().map(crate::plock_port::PlockPort);
+                }
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The next reply the daemon wrote to the plock device, raw.

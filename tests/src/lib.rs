@@ -3,6 +3,7 @@
 
 pub mod closed_loop;
 pub mod fake_kernel;
+pub mod plock_port;
 pub mod targets;
 
 pub use fake_kernel::{FakeKernel, Record, configfs_members, control_writes, writes};
