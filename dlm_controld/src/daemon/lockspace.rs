@@ -123,6 +123,8 @@ const SEND_PER_TURN: usize = 64;
 const EVENTS_PER_TURN: usize = 64;
 /// Queued commands handled per loop turn besides the first (one batch of requests).
 const COMMANDS_PER_TURN: usize = 64;
+/// Within a turn, the replies so far are written after every this many queued commands.
+const REPLIES_EVERY: usize = 4;
 /// The capacity of an action vector kept for reuse, at most.
 const ACTIONS_KEPT: usize = 256;
 
@@ -785,10 +787,19 @@ impl Shell {
             cmd = commands.recv() => match cmd {
                 Some(cmd) => {
                     self.command(cmd, &mut t.leave);
-                    // the requests read meanwhile join this turn's batch
-                    for _ in 0..COMMANDS_PER_TURN {
+                    // the requests read meanwhile join this turn's batch; their replies go
+                    // out every few requests, so the processes answered first run while
+                    // the rest are decided (one write for a whole turn made them and the
+                    // daemon take turns, each idle while the other worked)
+                    for i in 1..=COMMANDS_PER_TURN {
                         let Ok(cmd) = commands.try_recv() else { break };
                         self.command(cmd, &mut t.leave);
+                        if i % REPLIES_EVERY == 0 {
+                            self.write_replies();
+                            // the device's reader reads what they send next, which joins
+                            // this batch
+                            tokio::task::yield_now().await;
+                        }
                     }
                 }
                 None => return false,
