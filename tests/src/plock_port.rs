@@ -75,13 +75,14 @@ impl PlockPort {
             hdr.msg_hdr.msg_iov = std::ptr::from_mut(iov);
             hdr.msg_hdr.msg_iovlen = 1;
         }
+        let vlen = libc::c_uint::try_from(PORT_BATCH).unwrap_or(1);
         // SAFETY: each header points at one iovec of a buffer of ROOM bytes, all borrowed
         // mutably for this call and outliving it.
         let r = unsafe {
             libc::recvmmsg(
                 self.0.as_raw_fd(),
                 hdrs.as_mut_ptr(),
-                PORT_BATCH as libc::c_uint,
+                vlen,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
