@@ -28,9 +28,17 @@ impl PlockPort {
     pub fn recv(&self, out: &mut Vec<PlockInfo>, limit: Duration) -> io::Result<()> {
         out.clear();
         let mut bufs = [[0u8; ROOM]; PORT_BATCH];
-        let lens = loop {
-            match self.recv_many(&mut bufs) {
-                Ok(lens) => break lens,
+        let mut lens = [0usize; PORT_BATCH];
+        let got = loop {
+            let fd = self.0.as_raw_fd();
+            let room = bufs.iter_mut().map(|b| (b.as_mut_ptr(), ROOM));
+            // SAFETY: `mmsg` hands headers that each point at one iovec of a buffer of ROOM
+            // bytes, borrowed mutably for this call and outliving it.
+            let r = mmsg(room, &mut lens, |h, n| unsafe {
+                libc::recvmmsg(fd, h, n, libc::MSG_DONTWAIT, std::ptr::null_mut())
+            });
+            match r {
+                Ok(got) => break got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     let ms = u16::try_from(limit.as_millis()).unwrap_or(u16::MAX);
                     if !crate::fake_kernel::readable(&self.0, ms) {
@@ -40,7 +48,7 @@ impl PlockPort {
                 Err(e) => return Err(e),
             }
         };
-        for (buf, len) in bufs.iter().zip(lens) {
+        for (buf, &len) in bufs.iter().zip(&lens[..got]) {
             let info = PlockInfo::decode(&buf[..len.min(ROOM)])
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
             out.push(info);
@@ -48,13 +56,28 @@ impl PlockPort {
         Ok(())
     }
 
-    /// Sends every record of `infos`, in order (as many system calls as it takes).
+    /// Sends every record of `infos`, in order (as many system calls as it takes, waiting
+    /// for room).
     pub fn send(&self, infos: &[PlockInfo]) -> io::Result<()> {
+        let mut records = [[0u8; PLOCK_INFO_SIZE]; PORT_BATCH];
+        let mut lens = [0usize; PORT_BATCH];
         for chunk in infos.chunks(PORT_BATCH) {
-            let records: Vec<[u8; PLOCK_INFO_SIZE]> = chunk.iter().map(PlockInfo::encode).collect();
+            for (r, info) in records.iter_mut().zip(chunk) {
+                *r = info.encode();
+            }
             let mut sent = 0;
-            while sent < records.len() {
-                match self.send_many(&records[sent..])? {
+            while sent < chunk.len() {
+                let fd = self.0.as_raw_fd();
+                // sendmmsg only reads through these pointers
+                let recs = records[sent..chunk.len()]
+                    .iter()
+                    .map(|r| (r.as_ptr().cast_mut(), PLOCK_INFO_SIZE));
+                // SAFETY: `mmsg` hands headers that each point at one iovec of a 64-byte
+                // record lent for this call (the kernel only reads it) and outliving it.
+                let n = mmsg(recs, &mut lens, |h, n| unsafe {
+                    libc::sendmmsg(fd, h, n, libc::MSG_NOSIGNAL)
+                })?;
+                match n {
                     0 => return Err(io::ErrorKind::WriteZero.into()),
                     n => sent += n,
                 }
@@ -62,59 +85,31 @@ impl PlockPort {
         }
         Ok(())
     }
+}
 
-    /// `recvmmsg` without waiting: each datagram's length, in order.
-    fn recv_many(&self, bufs: &mut [[u8; ROOM]; PORT_BATCH]) -> io::Result<Vec<usize>> {
-        // SAFETY: all-zero iovecs and mmsghdrs are valid values (null pointers, no length).
-        let mut iovs: [libc::iovec; PORT_BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut hdrs: [libc::mmsghdr; PORT_BATCH] = unsafe { std::mem::zeroed() };
-        for ((iov, hdr), buf) in iovs.iter_mut().zip(hdrs.iter_mut()).zip(bufs.iter_mut()) {
-            iov.iov_base = buf.as_mut_ptr().cast();
-            iov.iov_len = ROOM;
-            hdr.msg_hdr.msg_iov = std::ptr::from_mut(iov);
-            hdr.msg_hdr.msg_iovlen = 1;
-        }
-        let vlen = libc::c_uint::try_from(PORT_BATCH).unwrap_or(1);
-        // SAFETY: each header points at one iovec of a buffer of ROOM bytes, all borrowed
-        // mutably for this call and outliving it.
-        let r = unsafe {
-            libc::recvmmsg(
-                self.0.as_raw_fd(),
-                hdrs.as_mut_ptr(),
-                vlen,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        let got = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
-        Ok(hdrs[..got].iter().map(|h| h.msg_len as usize).collect())
+/// `recvmmsg` / `sendmmsg` through `call`, given headers of one iovec each over `bufs` (at
+/// most [`PORT_BATCH`]) and their count: how many datagrams went, their lengths into `lens`.
+fn mmsg(
+    bufs: impl Iterator<Item = (*mut u8, usize)>,
+    lens: &mut [usize; PORT_BATCH],
+    call: impl FnOnce(*mut libc::mmsghdr, libc::c_uint) -> libc::c_int,
+) -> io::Result<usize> {
+    // SAFETY: all-zero iovecs and mmsghdrs are valid values (null pointers, no length).
+    let mut iovs: [libc::iovec; PORT_BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut hdrs: [libc::mmsghdr; PORT_BATCH] = unsafe { std::mem::zeroed() };
+    let mut n: libc::c_uint = 0;
+    for ((iov, hdr), (base, len)) in iovs.iter_mut().zip(hdrs.iter_mut()).zip(bufs) {
+        iov.iov_base = base.cast();
+        iov.iov_len = len;
+        hdr.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+        hdr.msg_hdr.msg_iovlen = 1;
+        n += 1;
     }
-
-    /// `sendmmsg` of `records` (at most [`PORT_BATCH`]), waiting for room: how many went.
-    fn send_many(&self, records: &[[u8; PLOCK_INFO_SIZE]]) -> io::Result<usize> {
-        let n = records.len().min(PORT_BATCH);
-        // SAFETY: all-zero iovecs and mmsghdrs are valid values (null pointers, no length).
-        let mut iovs: [libc::iovec; PORT_BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut hdrs: [libc::mmsghdr; PORT_BATCH] = unsafe { std::mem::zeroed() };
-        for ((iov, hdr), rec) in iovs.iter_mut().zip(hdrs.iter_mut()).zip(records) {
-            iov.iov_base = rec.as_ptr().cast_mut().cast();
-            iov.iov_len = PLOCK_INFO_SIZE;
-            hdr.msg_hdr.msg_iov = std::ptr::from_mut(iov);
-            hdr.msg_hdr.msg_iovlen = 1;
-        }
-        let vlen = libc::c_uint::try_from(n).unwrap_or(0);
-        // SAFETY: the first n headers each point at one iovec of a 64-byte record that
-        // `records` lends for this call (the kernel only reads it); iovs and hdrs outlive it.
-        let r = unsafe {
-            libc::sendmmsg(
-                self.0.as_raw_fd(),
-                hdrs.as_mut_ptr(),
-                vlen,
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        usize::try_from(r).map_err(|_| io::Error::last_os_error())
+    let got =
+        usize::try_from(call(hdrs.as_mut_ptr(), n)).map_err(|_| io::Error::last_os_error())?;
+    for (len, h) in lens.iter_mut().zip(&hdrs[..got]) {
+        *len = h.msg_len as usize;
     }
+    Ok(got)
 }
