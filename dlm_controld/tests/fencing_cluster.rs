@@ -85,17 +85,49 @@ impl Setup {
                     Path::new(env!("CARGO_BIN_EXE_dlm_controld")),
                     &roots[k - 1],
                     &kernels[k - 1],
-                    &["-f", "1", "-j", "1"],
+                    &["-f", "1"],
                 )
                 .unwrap_or_else(|| panic!("daemon {k} did not come up"))
             })
             .collect();
-        Self {
+        let s = Self {
             c,
             base,
             log,
             kernels,
             daemons,
+        };
+        s.shorten_post_join_delay();
+        s
+    }
+
+    /// The daemons start with the default `post_join_delay` (30 s): started one after the
+    /// other, a slow machine may take more than a second to bring the next one up, and a
+    /// configured node not in the daemon group within the delay is fenced at startup (as
+    /// C does). Once every daemon sees all three, the delay becomes 1 s on each, so the
+    /// fencing of node 3 below starts at once.
+    fn shorten_post_join_delay(&self) {
+        let all_members = |status: &str| {
+            (1..=3).all(|k| {
+                status
+                    .lines()
+                    .any(|l| l.starts_with(&format!("node {k} M ")))
+            })
+        };
+        for k in 1..=3 {
+            let end = Instant::now() + T;
+            let mut st = self.dlm_tool(k, &["status"]);
+            while !all_members(&st) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(50));
+                st = self.dlm_tool(k, &["status"]);
+            }
+            assert!(all_members(&st), "node {k}: {st}");
+        }
+        for k in 1..=3 {
+            assert_eq!(
+                self.dlm_tool(k, &["set_config", "post_join_delay=1"]),
+                "set_config done\n"
+            );
         }
     }
 
@@ -270,7 +302,7 @@ fn a_daemon_stopped_cleanly_is_not_fenced() {
         st.is_some_and(|st| st.success()),
         "node 3's daemon ended: {st:?}"
     );
-    // fencing would have started after post_join_delay (1 s)
+    // fencing would have started after post_join_delay (now 1 s)
     std::thread::sleep(Duration::from_secs(4));
     let dump = s.dlm_tool(1, &["dump"]);
     assert!(
