@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use dlm_tests::{
     Daemon, FakeKernel, Record, configfs_members, control_writes, metric_in_ns,
-    start_daemon_on_corosync, stdout_in_ns,
+    settle_post_join_delay, start_daemon_on_corosync, stdout_in_ns,
 };
 use support::Cluster;
 
@@ -97,38 +97,13 @@ impl Setup {
             kernels,
             daemons,
         };
-        s.shorten_post_join_delay();
+        // started with the default post_join_delay: 1 s once all three are members
+        let nss: Vec<String> = (1..=3).map(|k| s.c.node_ns(k)).collect();
+        assert!(
+            settle_post_join_delay(&nss, 1, T),
+            "post_join_delay not set"
+        );
         s
-    }
-
-    /// The daemons start with the default `post_join_delay` (30 s): started one after the
-    /// other, a slow machine may take more than a second to bring the next one up, and a
-    /// configured node not in the daemon group within the delay is fenced at startup (as
-    /// C does). Once every daemon sees all three, the delay becomes 1 s on each, so the
-    /// fencing of node 3 below starts at once.
-    fn shorten_post_join_delay(&self) {
-        let all_members = |status: &str| {
-            (1..=3).all(|k| {
-                status
-                    .lines()
-                    .any(|l| l.starts_with(&format!("node {k} M ")))
-            })
-        };
-        for k in 1..=3 {
-            let end = Instant::now() + T;
-            let mut st = self.dlm_tool(k, &["status"]);
-            while !all_members(&st) && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(50));
-                st = self.dlm_tool(k, &["status"]);
-            }
-            assert!(all_members(&st), "node {k}: {st}");
-        }
-        for k in 1..=3 {
-            assert_eq!(
-                self.dlm_tool(k, &["set_config", "post_join_delay=1"]),
-                "set_config done\n"
-            );
-        }
     }
 
     /// Joins foo everywhere, then kills node 3 (daemon and corosync).

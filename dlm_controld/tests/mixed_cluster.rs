@@ -17,7 +17,7 @@ use dlm_proto::kernel::{PlockInfo, PlockOp};
 use dlm_tests::foo_request as req;
 use dlm_tests::{
     Daemon, FakeKernel, Record, build_shim, configfs_members, control_writes, daemon_logs,
-    newest_lines, start_c_daemon, start_daemon_on_corosync, stdout_in_ns,
+    newest_lines, settle_post_join_delay, start_c_daemon, start_daemon_on_corosync, stdout_in_ns,
 };
 use support::Cluster;
 
@@ -54,6 +54,8 @@ struct Mixed {
     shim: PathBuf,
     kernels: Vec<FakeKernel>,
     daemons: Vec<Option<Daemon>>,
+    /// `-j` for the next daemon started: the default until [`Mixed::settle`], then 1.
+    post_join_delay: &'static str,
 }
 
 impl Mixed {
@@ -76,6 +78,7 @@ impl Mixed {
             shim,
             kernels,
             daemons: vec![None, None, None],
+            post_join_delay: "30",
         }
     }
 
@@ -85,7 +88,7 @@ impl Mixed {
             Path::new(env!("CARGO_BIN_EXE_dlm_controld")),
             self.kernels[k - 1].root(),
             &self.kernels[k - 1],
-            &["-f", "1", "-j", "1"],
+            &["-f", "1", "-j", self.post_join_delay],
         )
         .unwrap_or_else(|| panic!("our daemon {k} did not come up"));
         self.daemons[k - 1] = Some(d);
@@ -123,7 +126,7 @@ impl Mixed {
             &self.c.node_ns(k),
             &self.shim,
             &self.kernels[k - 1],
-            &["-f", "1", "-j", "1"],
+            &["-f", "1", "-j", self.post_join_delay],
             &self.c_log(k),
         )
         .unwrap_or_else(|| {
@@ -138,6 +141,19 @@ impl Mixed {
     /// Node `k` is gone for good: its corosync and daemon killed, corosync first (the
     /// others see the node go down; a daemon dying alone is PROCDOWN, and the kill request
     /// they answer it with could reach the node's next corosync after a reboot).
+    /// The three daemons, started one after the other with the default
+    /// `post_join_delay` (a slow start is not fenced at startup), are members everywhere:
+    /// the delay becomes 1 s on each, and on the daemons started from now on.
+    fn settle(&mut self) {
+        let nss: Vec<String> = (1..=3).map(|k| self.c.node_ns(k)).collect();
+        assert!(
+            settle_post_join_delay(&nss, 1, T),
+            "post_join_delay not set:\n{}",
+            self.story(1)
+        );
+        self.post_join_delay = "1";
+    }
+
     fn kill(&mut self, k: usize) {
         self.c.signal(k, libc::SIGKILL);
         self.daemons[k - 1] = None;
@@ -246,6 +262,7 @@ fn c_and_rust_daemons_share_lockspaces_plocks_and_fencing() {
     m.start_ours(1);
     m.start_ours(2);
     m.start_c(3);
+    m.settle();
     for k in 1..=3 {
         m.join(k);
     }
@@ -370,6 +387,7 @@ fn state_transfer_both_ways_and_the_c_node_fenced() {
     m.start_c(1);
     m.start_ours(2);
     m.start_ours(3);
+    m.settle();
     // the C daemon alone in the lockspace takes locks and queues a waiter
     m.join(1);
     let k1 = &m.kernels[0];

@@ -202,6 +202,34 @@ pub fn stdout_in_ns(ns: &str, program: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
+/// Daemons started one after the other with the default `post_join_delay` (30 s), so a
+/// slow start of the next is not fenced at startup (a configured node outside the daemon
+/// group when the delay ends is, as in C): waits until the real `dlm_tool status` in each
+/// of `nss` lists every node `1..=nss.len()` as a daemon member, then sets the delay to
+/// `secs` on each (`set_config`), so a failure later is fenced soon. False on a timeout
+/// or a refused `set_config`.
+pub fn settle_post_join_delay(nss: &[String], secs: u32, timeout: std::time::Duration) -> bool {
+    let all_members = |status: &str| {
+        (1..=nss.len()).all(|k| {
+            status
+                .lines()
+                .any(|l| l.starts_with(&format!("node {k} M ")))
+        })
+    };
+    let end = std::time::Instant::now() + timeout;
+    for ns in nss {
+        while !all_members(&stdout_in_ns(ns, "dlm_tool", &["status"])) {
+            if std::time::Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    let set = format!("post_join_delay={secs}");
+    nss.iter()
+        .all(|ns| stdout_in_ns(ns, "dlm_tool", &["set_config", &set]) == "set_config done\n")
+}
+
 /// One series of the metrics endpoint (127.0.0.1:9465) of the daemon in network namespace
 /// `ns`, e.g. `dlm_plock_locks{lockspace="foo"}`; 0 when absent or unreachable.
 pub fn metric_in_ns(ns: &str, series: &str) -> f64 {

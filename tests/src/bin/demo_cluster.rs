@@ -24,7 +24,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use dlm_proto::kernel::{PLOCK_VERSION, PlockFlags, PlockInfo, PlockOp};
-use dlm_tests::{FakeKernel, Record, configfs_members, start_daemon_on_corosync, stdout_in_ns};
+use dlm_tests::{
+    FakeKernel, Record, configfs_members, settle_post_join_delay, start_daemon_on_corosync,
+    stdout_in_ns,
+};
 
 const T: Duration = Duration::from_secs(30);
 const LS: &str = "demo";
@@ -220,7 +223,7 @@ fn main() -> ExitCode {
             &bin_dir().join("dlm_controld"),
             &root,
             &fk,
-            &["-f", "1", "-j", "1"],
+            &["-f", "1"],
         ) else {
             eprintln!("dlm_controld on node {k} did not come up");
             return ExitCode::FAILURE;
@@ -232,6 +235,13 @@ fn main() -> ExitCode {
         kernels.push(fk);
         daemons.push(daemon);
     }
+    // started with the default post_join_delay (30 s: a slow start is not fenced at
+    // startup); 1 s once all three are members, so node 3's failure below is fenced soon
+    let nss: Vec<String> = (1..=3).map(|k| c.node_ns(k)).collect();
+    d.check(
+        settle_post_join_delay(&nss, 1, T),
+        "every node sees all three daemons; post_join_delay=1 set with dlm_tool set_config",
+    );
 
     println!("== 3. the kernel on every node joins lockspace '{LS}'");
     for (i, k) in kernels.iter().enumerate() {
