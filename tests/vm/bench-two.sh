@@ -4,7 +4,8 @@
 # plock_ownership=1, back to back on the same images. Each run is run-two.sh with
 # BENCH=1: both nodes lock and unlock a file of their own at once for 5 s, then walk a ring
 # of ranges of one shared file (lock passing). Prints a table; results in
-# docs/BENCHMARKS.md. KINDS="rust own" runs some of the three. Needs the image of build-image.sh (VMCACHE), as run-two.sh does.
+# docs/BENCHMARKS.md. KINDS="rust own" runs some of the three; SMP=<n> gives each VM n
+# vCPUs. Needs the image of build-image.sh (VMCACHE), as run-two.sh does.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 declare -A label=([rust]="ours (native mode)" [c]="C 4.2.0" [own]="C 4.2.0 plock_ownership=1")
@@ -14,6 +15,8 @@ for kind in ${KINDS:-rust c own}; do
     run=$(mktemp -d /tmp/dlm-vmbench.XXXXXX)
     d=$kind conf=
     [[ $kind == own ]] && d=c conf=plock_ownership=1
+    # DLMCONF_RUST: dlm.conf lines for ours alone (e.g. plock_spin_us=1000 with SMP=2)
+    [[ $kind == rust ]] && conf=${DLMCONF_RUST:-}
     BENCH=1 DLMCONF=$conf DAEMON1=$d DAEMON2=$d RUN=$run bash "$here/run-two.sh" >"$run/run.log" 2>&1
     # (C's plock_ownership=1 exits 1 here: its dumps list each node's cached resources
     # with their ages, so the two tables never compare equal; its numbers still count)
