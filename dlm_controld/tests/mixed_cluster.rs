@@ -138,9 +138,6 @@ impl Mixed {
         self.daemons[k - 1] = Some(d);
     }
 
-    /// Node `k` is gone for good: its corosync and daemon killed, corosync first (the
-    /// others see the node go down; a daemon dying alone is PROCDOWN, and the kill request
-    /// they answer it with could reach the node's next corosync after a reboot).
     /// The three daemons, started one after the other with the default
     /// `post_join_delay` (a slow start is not fenced at startup), are members everywhere:
     /// the delay becomes 1 s on each, and on the daemons started from now on.
@@ -154,6 +151,9 @@ impl Mixed {
         self.post_join_delay = "1";
     }
 
+    /// Node `k` is gone for good: its corosync and daemon killed, corosync first (the
+    /// others see the node go down; a daemon dying alone is PROCDOWN, and the kill request
+    /// they answer it with could reach the node's next corosync after a reboot).
     fn kill(&mut self, k: usize) {
         self.c.signal(k, libc::SIGKILL);
         self.daemons[k - 1] = None;
