@@ -184,6 +184,14 @@ metrics! {
         "The plock device read on after it emptied (plock_spin_us): outcome request (a wake-up saved) or none (a window spent)",
         ["outcome"]
     );
+    /// What the plock device's reader has learned for its spin, in µs: the gap from the
+    /// device emptying to the next request when it slept and when it read on, and the
+    /// window that gives (0 until learned).
+    plock_spin_us: IntGaugeVec = gauge_vec(
+        "dlm_plock_spin_microseconds",
+        "The plock device reader's spin, learned: gap_slept and gap_spun (device empty to next request, sleeping or reading on), window (how long it reads on)",
+        ["what"]
+    );
     /// Log lines for syslog, the log file or stderr dropped: the writer's queue was full.
     log_lines_dropped: IntCounter = counter(
         "dlm_log_lines_dropped_total",

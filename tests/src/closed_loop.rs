@@ -577,6 +577,10 @@ pub struct Hops {
     pub request: (f64, f64),
     /// `dlm_plock_request_seconds{wait="false"}`: the requests that never wait for a lock.
     pub quick: (f64, f64),
+    /// `dlm_plock_spins_total`: reads on that found requests, windows spent without one.
+    pub spins: (f64, f64),
+    /// `dlm_plock_spin_microseconds` as it stands: gap slept, gap spun, window.
+    pub spin_us: (f64, f64, f64),
 }
 
 impl Hops {
@@ -592,7 +596,13 @@ impl Hops {
         let quick = one("dlm_plock_request_seconds", &format!("{at},wait=\"false\""));
         let waits = one("dlm_plock_request_seconds", &format!("{at},wait=\"true\""));
         let (q, w) = (quick.unwrap_or_default(), waits.unwrap_or_default());
+        let series = |name: &str| crate::series_in(&text, name).unwrap_or(0.0);
+        let spin = |what: &str| series(&format!("dlm_plock_spin_microseconds{{what=\"{what}\"}}"));
+        let spins =
+            |outcome: &str| series(&format!("dlm_plock_spins_total{{outcome=\"{outcome}\"}}"));
         Some(Self {
+            spins: (spins("request"), spins("none")),
+            spin_us: (spin("gap_slept"), spin("gap_spun"), spin("window")),
             handoff: one("dlm_plock_handoff_seconds", &at)?,
             round_trip: one("dlm_cpg_round_trip_seconds", &at).unwrap_or_default(),
             request: (q.0 + w.0, q.1 + w.1),
@@ -614,6 +624,11 @@ impl Hops {
             handoff_us: mean(self.handoff, before.handoff),
             round_trip_us: mean(self.round_trip, before.round_trip),
             trips_per_request: trips / requests.max(1.0),
+            spins_per_request: (
+                (self.spins.0 - before.spins.0) / requests.max(1.0),
+                (self.spins.1 - before.spins.1) / requests.max(1.0),
+            ),
+            spin_us: self.spin_us,
         }
     }
 }
@@ -632,6 +647,12 @@ pub struct HopSplit {
     pub round_trip_us: Option<f64>,
     /// Messages of ours per request.
     pub trips_per_request: f64,
+    /// The device's reader reading on, per request: reads that found requests, windows
+    /// spent without one.
+    pub spins_per_request: (f64, f64),
+    /// What the reader learned for its spin at the run's end (µs): gap slept, gap spun,
+    /// window.
+    pub spin_us: (f64, f64, f64),
 }
 
 impl std::fmt::Display for HopSplit {
@@ -640,11 +661,17 @@ impl std::fmt::Display for HopSplit {
         let us = |v: Option<f64>| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.1} µs"));
         write!(
             f,
-            "request {} = device to task {} + the rest; CPG round trip {} ({:.2} per request)",
+            "request {} = device to task {} + the rest; CPG round trip {} ({:.2} per request); \
+             spin {:.2} found / {:.3} missed per request, gaps slept {} spun {} window {} µs",
             us(self.request_us),
             us(self.handoff_us),
             us(self.round_trip_us),
-            self.trips_per_request
+            self.trips_per_request,
+            self.spins_per_request.0,
+            self.spins_per_request.1,
+            self.spin_us.0,
+            self.spin_us.1,
+            self.spin_us.2
         )
     }
 }

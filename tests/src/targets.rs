@@ -442,6 +442,7 @@ mod tests {
                 handoff_us: Some(115.0),
                 round_trip_us: Some(376.0),
                 trips_per_request: 1.0,
+                ..HopSplit::default()
             }),
             ..Run::default()
         };
@@ -467,6 +468,7 @@ mod tests {
             handoff_us: Some(10.0),
             round_trip_us: Some(434.0),
             trips_per_request: 0.0004,
+            ..HopSplit::default()
         };
         assert_eq!(
             hops_why(&native),

@@ -106,7 +106,7 @@ pub struct ConfFile {
     /// This build's own `plock_locks_max=<n>`: the most granted locks this node's processes
     /// may hold in one lockspace before their new locks are refused -ENOLCK (0: no bound).
     pub plock_locks_max: Option<u32>,
-    /// This build's own `plock_spin_us=<µs>`: how long the plock device's reader keeps
+    /// This build's own `plock_spin_us=<µs>`: the longest the plock device's reader keeps
     /// reading after the device empties, while requests keep coming back that quickly,
     /// before it sleeps (0: never).
     pub plock_spin_us: Option<u32>,
@@ -123,10 +123,10 @@ const CLIENTS_BUDGET_US_MIN: u32 = 100;
 /// in practice (each lock costs every node's daemon about 70 bytes: docs/BENCHMARKS.md).
 pub const PLOCK_LOCKS_MAX_DEFAULT: u32 = 1_000_000;
 
-/// `plock_spin_us` when dlm.conf does not say: longer than a process takes from one reply
-/// to its next request on the same file, far shorter than a request's wake-up costs a
-/// daemon that slept.
-pub const PLOCK_SPIN_US_DEFAULT: u32 = 50;
+/// `plock_spin_us` when dlm.conf does not say: the longest window the reader may learn
+/// (a process's next request comes microseconds after its reply on hardware, hundreds
+/// under emulation; `daemon/spin.rs`).
+pub const PLOCK_SPIN_US_DEFAULT: u32 = 1000;
 /// The longest `plock_spin_us` accepted (a millisecond).
 const PLOCK_SPIN_US_MAX: u32 = 1000;
 

@@ -594,7 +594,8 @@ pub(crate) struct PlockConf {
     pub(crate) c_peers_cancel: bool,
     /// `plock_locks_max` (0: no bound).
     pub(crate) locks_max: usize,
-    /// `plock_spin_us` (zero: the reader sleeps as soon as the device is empty).
+    /// `plock_spin_us`, the longest spin window (zero: the reader sleeps as soon as the
+    /// device is empty).
     pub(crate) spin: Duration,
 }
 
@@ -632,7 +633,7 @@ mod tests {
         assert!(d.native && !d.deadlock && !d.c_peers_cancel);
         assert_eq!(d.native_sync, Some(Duration::from_secs(1)));
         assert_eq!(d.locks_max, 1_000_000);
-        assert_eq!(d.spin, Duration::from_micros(50));
+        assert_eq!(d.spin, Duration::from_millis(1));
         let c = of("plock_native=0\nplock_native_sync_ms=0\nplock_locks_max=5\nplock_spin_us=0\n");
         assert!(!c.native);
         assert_eq!(

@@ -95,11 +95,15 @@ struct Spinner {
     found: prometheus::IntCounter,
     none: prometheus::IntCounter,
     busy: prometheus::IntCounter,
+    gap_slept: prometheus::IntGauge,
+    gap_spun: prometheus::IntGauge,
+    window_now: prometheus::IntGauge,
 }
 
 impl Spinner {
     fn new(window_us: Arc<AtomicU64>) -> Self {
         let m = &crate::metrics::get().plock_spins;
+        let learned = &crate::metrics::get().plock_spin_us;
         Self {
             state: super::spin::Spin::default(),
             window_us,
@@ -108,17 +112,30 @@ impl Spinner {
             found: m.with_label_values(&["request"]),
             none: m.with_label_values(&["none"]),
             busy: m.with_label_values(&["busy"]),
+            gap_slept: learned.with_label_values(&["gap_slept"]),
+            gap_spun: learned.with_label_values(&["gap_spun"]),
+            window_now: learned.with_label_values(&["window"]),
         }
     }
 
-    /// The window now: zero (never tried, nothing counted) with one CPU, or while no
-    /// lockspace is native (every reply then waits for a CPG round trip, and the next
-    /// request of its process comes after it, never within a window).
-    fn window(&self) -> Duration {
+    /// The longest window now (`plock_spin_us`): zero (never tried, nothing counted) with
+    /// one CPU, or while no lockspace is native (every reply then waits for a CPG round
+    /// trip, and the next request of its process comes after it, never within a window).
+    fn most(&self) -> Duration {
         if self.cpus <= 1 || !lockspace::any_native() {
             return Duration::ZERO;
         }
         Duration::from_micros(self.window_us.load(Ordering::Relaxed))
+    }
+
+    /// What the spin has learned, to the metrics.
+    fn publish(&self, most: Duration) {
+        let learned = self.state.learned();
+        let us =
+            |d: Option<Duration>| d.map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        self.gap_slept.set(us(learned.slept));
+        self.gap_spun.set(us(learned.spun));
+        self.window_now.set(us(Some(self.state.window(most))));
     }
 
     /// Whether a CPU is free for the spin now (one read of `/proc/loadavg`).
@@ -143,39 +160,42 @@ impl Spinner {
         batch: &mut Records,
         ctx: &mut ReadCtx<'_>,
     ) -> Result<(), DaemonError> {
-        let window = self.window();
+        let most = self.most();
         let now = std::time::Instant::now();
-        self.state.woke(now, window);
-        let Some(mut until) = self.state.idle(now, window) else {
+        self.state.woke(now, most);
+        let Some(mut until) = self.state.idle(now, most) else {
+            self.publish(most);
             return Ok(());
         };
+        let window = self.state.window(most);
         let mut turns = 0u32;
         while gate.open() {
             // the machine's load at the start and every few turns after
             if turns % LOAD_EVERY == 0 && !self.cpu_to_spare() {
                 self.busy.inc();
-                return Ok(());
+                break;
             }
             turns = turns.wrapping_add(1);
             tokio::task::yield_now().await;
             if !self.yield_cpu(window) {
-                return Ok(());
+                break;
             }
             let n = read_plocks(dev, &mut || {}, gate, batch, ctx)?;
             let now = std::time::Instant::now();
             if n > 0 {
                 self.found.inc();
-                self.state.found();
-                match self.state.idle(now, window) {
+                self.state.found(now);
+                match self.state.idle(now, most) {
                     Some(u) => until = u,
-                    None => return Ok(()),
+                    None => break,
                 }
             } else if now >= until {
                 self.none.inc();
                 self.state.missed();
-                return Ok(());
+                break;
             }
         }
+        self.publish(most);
         Ok(())
     }
 

@@ -1,15 +1,23 @@
 //! Whether the plock device's reader, having emptied the device, reads on for a while
-//! (`plock_spin_us`) before it sleeps. A process locking alone, or processes passing a
-//! contended lock, send their next request microseconds after their reply; a reader that
-//! slept meanwhile is woken for each (the scheduler's switch, on a VM an interrupt between
-//! CPUs), and that wake-up is most of such a request's time. Reading on is worth it only
-//! while requests do come back that quickly, so it is tried after a request that came
-//! within a few windows of the device emptying, and given up at the first window without
-//! one, after which it backs off for twice as many wake-ups at each window missed in a row
-//! (replies that wait for a CPG round trip make it rare); nor is it while every CPU the daemon may use has a task to run (the reader would
-//! hold a CPU that one of them, or the process its reply wakes, needs), and it stops when
-//! yielding its CPU showed that another task wanted it. No I/O and no clock: the reader
-//! passes the instants and the tasks runnable.
+//! before it sleeps, and for how long. A process locking alone, or processes passing a
+//! contended lock, send their next request soon after their reply; a reader that slept
+//! meanwhile is woken for each (the scheduler's switch, on a VM an interrupt between
+//! CPUs), and that wake-up is most of such a request's time.
+//!
+//! The reader learns two gaps from the device emptying to its next request: when it slept
+//! meanwhile (the process's turn, a sleep and a wake-up) and when it read on (the
+//! process's turn alone). Their difference is what a wake-up costs on this machine, which
+//! is ten times more under emulation than on hardware; reading on is worth it while the
+//! process's turn is at most [`WORTH`] times that (a process that works between its locks
+//! is not read on for), and the window is a few times the turn or the gap when sleeping,
+//! whichever is longer (a turn never outlasts that gap), at least [`WINDOW_MIN`], at most
+//! `plock_spin_us`. It is tried after a request that came within
+//! a few windows of the device emptying, given up at the first window without one, after
+//! which it backs off for twice as many wake-ups at each window missed in a row (replies
+//! that wait for a CPG round trip make it rare); nor is it while every CPU the daemon may
+//! use has a task to run (the reader would hold a CPU that one of them, or the process its
+//! reply wakes, needs), and it stops when yielding its CPU showed that another task wanted
+//! it. No I/O and no clock: the reader passes the instants and the tasks runnable.
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +27,35 @@ const ARM_WINDOWS: u32 = 4;
 /// most 2^6): where replies wait for something slower than the window (a CPG round trip
 /// in a C-compatible lockspace), spinning stays rare.
 const BACKOFF_MAX: u32 = 6;
+/// Reading on is worth it while the process's turn is at most this many wake-ups.
+const WORTH: u32 = 4;
+/// The window is this many times the process's turn (or the gap when sleeping, if that
+/// is longer)…
+const WINDOW_TURNS: u32 = 4;
+/// …and never shorter than this (or `plock_spin_us`, if that is shorter).
+pub(crate) const WINDOW_MIN: Duration = Duration::from_micros(50);
+/// A gap longer than this many longest windows is a pause, not a process's turn: it is not
+/// learned from.
+const PAUSE_WINDOWS: u32 = 16;
+
+/// A mean that follows its samples, each weighing 1/8 (nanoseconds).
+#[derive(Debug, Clone, Copy)]
+struct Mean(u64);
+
+impl Mean {
+    fn add(mean: &mut Option<Self>, sample: Duration) {
+        let x = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX);
+        *mean = Some(match *mean {
+            None => Self(x),
+            Some(Self(m)) if x >= m => Self(m + (x - m) / 8),
+            Some(Self(m)) => Self(m - (m - x) / 8),
+        });
+    }
+
+    const fn get(self) -> Duration {
+        Duration::from_nanos(self.0)
+    }
+}
 
 /// The reader's spin state.
 #[derive(Debug, Default)]
@@ -31,29 +68,85 @@ pub(crate) struct Spin {
     misses: u32,
     /// Wake-ups still to go without a spin.
     skip: u32,
+    /// The gap from the device emptying to the next request when the reader slept.
+    slept: Option<Mean>,
+    /// The same gap when the reader read on.
+    spun: Option<Mean>,
+}
+
+/// What the reader has learned, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Learned {
+    pub(crate) slept: Option<Duration>,
+    pub(crate) spun: Option<Duration>,
 }
 
 impl Spin {
-    /// The device found empty at `now`: read on until the instant returned, or sleep
-    /// (`None`).
-    pub(crate) fn idle(&mut self, now: Instant, window: Duration) -> Option<Instant> {
-        self.idle_since = Some(now);
-        (self.armed && !window.is_zero()).then(|| now + window)
+    /// The window under the longest, `most` (`plock_spin_us`; zero: never): a few times
+    /// the process's turn, or the gap seen when sleeping if that is longer (so a window
+    /// also covers turns that grew since the last found).
+    pub(crate) fn window(&self, most: Duration) -> Duration {
+        let turns = self.spun.map_or(Duration::ZERO, |t| t.get() * WINDOW_TURNS);
+        let slept = self.slept.map_or(Duration::ZERO, Mean::get);
+        turns.max(slept).max(WINDOW_MIN).min(most)
     }
 
-    /// Requests read at `now` after a sleep: the spin is armed if they came within
-    /// [`ARM_WINDOWS`] windows of the device emptying and no back-off is running.
-    pub(crate) fn woke(&mut self, now: Instant, window: Duration) {
-        if let Some(t) = self.idle_since.take() {
-            let quick = now.saturating_duration_since(t) <= window * ARM_WINDOWS;
-            self.armed = quick && self.skip == 0;
-            self.skip = self.skip.saturating_sub(1);
+    /// Whether reading on is worth it: the process's turn is at most [`WORTH`] times what
+    /// a wake-up costs (the gaps' difference); unknown until both are learned.
+    fn worth(&self) -> bool {
+        match (self.spun, self.slept) {
+            (Some(t), Some(s)) => {
+                let (t, s) = (t.get(), s.get());
+                t <= s.saturating_sub(t) * WORTH
+            }
+            _ => true,
         }
     }
 
-    /// A read while spinning found requests: the spin pays, the back-off is over.
-    pub(crate) fn found(&mut self) {
-        self.misses = 0;
+    /// What has been learned so far.
+    pub(crate) fn learned(&self) -> Learned {
+        Learned {
+            slept: self.slept.map(Mean::get),
+            spun: self.spun.map(Mean::get),
+        }
+    }
+
+    /// The device found empty at `now`: read on until the instant returned, or sleep
+    /// (`None`).
+    pub(crate) fn idle(&mut self, now: Instant, most: Duration) -> Option<Instant> {
+        self.idle_since = Some(now);
+        let window = self.window(most);
+        (self.armed && !window.is_zero()).then(|| now + window)
+    }
+
+    /// Requests read at `now` after a sleep: the gap is learned, and the spin is armed if
+    /// they came within [`ARM_WINDOWS`] windows of the device emptying, no back-off is
+    /// running and reading on is worth it.
+    pub(crate) fn woke(&mut self, now: Instant, most: Duration) {
+        let Some(t) = self.idle_since.take() else {
+            return;
+        };
+        let gap = now.saturating_duration_since(t);
+        let quick = gap <= self.window(most) * ARM_WINDOWS;
+        if !most.is_zero() && gap <= most * PAUSE_WINDOWS {
+            Mean::add(&mut self.slept, gap);
+        }
+        self.armed = quick && self.skip == 0 && self.worth();
+        self.skip = self.skip.saturating_sub(1);
+    }
+
+    /// A read at `now` while spinning found requests: the gap is learned; the spin goes
+    /// on (the back-off is over) while it is worth it, else it ends as a missed window
+    /// does.
+    pub(crate) fn found(&mut self, now: Instant) {
+        if let Some(t) = self.idle_since {
+            Mean::add(&mut self.spun, now.saturating_duration_since(t));
+        }
+        if self.worth() {
+            self.misses = 0;
+        } else {
+            self.missed();
+        }
     }
 
     /// A window passed without a request: sleep at the next empty read, and let the next
@@ -90,10 +183,15 @@ pub(crate) fn cpu_to_spare(runnable: usize, cpus: usize) -> bool {
 mod tests {
     use super::*;
 
-    const W: Duration = Duration::from_micros(50);
+    /// The longest window these tests allow (`plock_spin_us`'s default).
+    const MOST: Duration = Duration::from_micros(1000);
 
     fn us(t: Instant, n: u64) -> Instant {
         t + Duration::from_micros(n)
+    }
+
+    fn micros(n: u64) -> Duration {
+        Duration::from_micros(n)
     }
 
     #[test]
@@ -101,68 +199,146 @@ mod tests {
         let t = Instant::now();
         let mut s = Spin::default();
         // fresh: sleeps at once
-        assert_eq!(s.idle(t, W), None);
-        // the next request 150 µs after the device emptied (within 4 windows): armed
-        s.woke(us(t, 150), W);
-        assert_eq!(s.idle(us(t, 160), W), Some(us(t, 210)));
-        // requests while spinning keep it going: each empty read gives a new window
-        assert_eq!(s.idle(us(t, 190), W), Some(us(t, 240)));
+        assert_eq!(s.idle(t, MOST), None);
+        // the next request 150 µs after the device emptied (within four of the shortest
+        // windows): learned and armed, and until the process's turn is known the window is
+        // that gap
+        s.woke(us(t, 150), MOST);
+        assert_eq!(s.idle(us(t, 160), MOST), Some(us(t, 310)));
+        // a request 30 µs into the spin: the turn is 30 µs; the window is four turns or
+        // the gap when sleeping, whichever is longer (150)
+        s.found(us(t, 190));
+        assert_eq!(s.idle(us(t, 190), MOST), Some(us(t, 340)));
+        assert_eq!(
+            s.learned(),
+            Learned {
+                slept: Some(micros(150)),
+                spun: Some(micros(30))
+            }
+        );
         // a window without a request: the next empty read sleeps
         s.missed();
-        assert_eq!(s.idle(us(t, 300), W), None);
+        assert_eq!(s.idle(us(t, 400), MOST), None);
+        // later gaps move each mean by an eighth of the difference
+        s.woke(us(t, 470), MOST);
+        assert_eq!(s.learned().slept, Some(micros(140)));
     }
 
     #[test]
     fn windows_missed_in_a_row_back_off_twice_as_long_each_time() {
         let t = Instant::now();
         let mut s = Spin::default();
-        // one quick wake-up: armed
+        // a wake-up 100 µs after the device emptied, then a turn of 10 µs learned
+        s.idle(t, MOST);
+        s.woke(us(t, 100), MOST);
+        s.idle(us(t, 100), MOST);
+        s.found(us(t, 110));
         let wake = |s: &mut Spin, at: u64| {
-            s.idle(us(t, at), W);
-            s.woke(us(t, at + 10), W);
-            s.idle(us(t, at + 20), W).is_some()
+            s.idle(us(t, at), MOST);
+            s.woke(us(t, at + 100), MOST);
+            s.idle(us(t, at + 110), MOST).is_some()
         };
-        assert!(wake(&mut s, 0));
+        assert!(wake(&mut s, 1000));
         s.missed();
         // 2 quick wake-ups without a spin, then one
-        assert!(!wake(&mut s, 100));
-        assert!(!wake(&mut s, 200));
-        assert!(wake(&mut s, 300));
+        assert!(!wake(&mut s, 2000));
+        assert!(!wake(&mut s, 3000));
+        assert!(wake(&mut s, 4000));
         s.missed();
         // now 4
         for i in 0..4 {
-            assert!(!wake(&mut s, 400 + 100 * i), "{i}");
+            assert!(!wake(&mut s, 5000 + 1000 * i), "{i}");
         }
-        assert!(wake(&mut s, 900));
+        assert!(wake(&mut s, 9000));
         // a request found while spinning ends the back-off: the next miss skips 2 again
-        s.found();
+        s.found(us(t, 9115));
         s.missed();
-        assert!(!wake(&mut s, 1000));
-        assert!(!wake(&mut s, 1100));
-        assert!(wake(&mut s, 1200));
+        assert!(!wake(&mut s, 10_000));
+        assert!(!wake(&mut s, 11_000));
+        assert!(wake(&mut s, 12_000));
         // never more than 64
         for _ in 0..10 {
             s.missed();
         }
-        let spun = (0..70).filter(|i| wake(&mut s, 2000 + 100 * i)).count();
+        let spun = (0..70).filter(|i| wake(&mut s, 20_000 + 1000 * i)).count();
         assert_eq!(spun, 70 - 64);
     }
 
     #[test]
-    fn a_slow_request_leaves_it_disarmed() {
+    fn a_pause_is_not_learned_and_a_slow_request_leaves_it_disarmed() {
         let t = Instant::now();
         let mut s = Spin::default();
-        assert_eq!(s.idle(t, W), None);
-        // 201 µs after the device emptied: over four windows
-        s.woke(us(t, 201), W);
-        assert_eq!(s.idle(us(t, 210), W), None);
-        // exactly four windows still arms
-        s.woke(us(t, 410), W);
-        assert_eq!(s.idle(us(t, 420), W), Some(us(t, 470)));
+        // 17 ms after the device emptied: a pause (over 16 windows of 1 ms), not a turn;
+        // nothing learned, and far over four of the shortest windows: not armed
+        s.idle(t, MOST);
+        s.woke(us(t, 17_000), MOST);
+        assert_eq!(s.learned().slept, None);
+        assert_eq!(s.idle(us(t, 17_010), MOST), None);
+        // a gap of 40 µs and a turn of 20 µs learned: the window is 80 µs
+        s.woke(us(t, 17_050), MOST);
+        s.idle(us(t, 17_050), MOST);
+        s.found(us(t, 17_070));
+        assert_eq!(s.window(MOST), micros(80));
+        // a request 321 µs after the device emptied is over four windows: not armed
+        s.idle(us(t, 18_000), MOST);
+        s.woke(us(t, 18_321), MOST);
+        assert_eq!(s.idle(us(t, 18_330), MOST), None);
+        // exactly four windows arms
+        s.woke(us(t, 18_330 + 320), MOST);
+        assert!(s.idle(us(t, 18_700), MOST).is_some());
         // a wake-up with no empty read before it (the reader's first) arms nothing
         let mut first = Spin::default();
-        first.woke(t, W);
-        assert_eq!(first.idle(t, W), None);
+        first.woke(t, MOST);
+        assert_eq!(first.idle(t, MOST), None);
+    }
+
+    #[test]
+    fn a_process_whose_turn_is_long_beside_a_wake_up_is_not_read_on_for() {
+        let t = Instant::now();
+        let mut s = Spin::default();
+        // a process that works 400 µs between its requests, on a machine where a wake-up
+        // costs 10 µs: the first gap is learned (over four of the shortest windows, not
+        // armed), the next is within four windows of it
+        s.idle(t, MOST);
+        s.woke(us(t, 410), MOST);
+        assert_eq!(s.idle(us(t, 410), MOST), None);
+        s.woke(us(t, 820), MOST);
+        assert_eq!(s.idle(us(t, 820), MOST), Some(us(t, 1230)));
+        // the spin learns the turn, and ends there
+        s.found(us(t, 1220));
+        assert_eq!(s.idle(us(t, 1220), MOST), None, "400 > 4 × 10");
+        // and the next two wake-ups do not try
+        for at in [2000, 3000] {
+            s.idle(us(t, at), MOST);
+            s.woke(us(t, at + 410), MOST);
+            assert_eq!(s.idle(us(t, at + 410), MOST), None);
+        }
+    }
+
+    #[test]
+    fn under_emulation_the_window_grows_to_the_turn_and_stays_under_plock_spin_us() {
+        let t = Instant::now();
+        let mut s = Spin::default();
+        // a wake-up costs 450 µs and a turn 150 µs: after the first gap, the window is
+        // that gap, then four turns
+        s.idle(t, MOST);
+        s.woke(us(t, 600), MOST);
+        s.idle(us(t, 600), MOST);
+        s.woke(us(t, 1200), MOST);
+        assert_eq!(s.idle(us(t, 1200), MOST), Some(us(t, 1800)));
+        s.found(us(t, 1350));
+        assert_eq!(s.idle(us(t, 1350), MOST), Some(us(t, 1950)));
+        // a turn of 300 µs: the mean is 150 + 150/8, the window four of it
+        s.found(us(t, 1650));
+        assert_eq!(s.window(MOST), Duration::from_nanos(675_000));
+        // plock_spin_us bounds it, and the shortest window is 50 µs
+        assert_eq!(s.window(micros(300)), micros(300));
+        assert_eq!(s.window(micros(20)), micros(20));
+        let mut quick = Spin::default();
+        quick.idle(t, MOST);
+        quick.woke(us(t, 5), MOST);
+        assert_eq!(quick.window(MOST), WINDOW_MIN);
+        assert_eq!(Spin::default().window(MOST), WINDOW_MIN);
     }
 
     #[test]
@@ -192,10 +368,13 @@ mod tests {
         let t = Instant::now();
         let mut s = Spin::default();
         s.idle(t, Duration::ZERO);
-        s.woke(t, Duration::ZERO);
-        assert_eq!(s.idle(t, Duration::ZERO), None);
+        s.woke(us(t, 10), Duration::ZERO);
+        assert_eq!(s.idle(us(t, 10), Duration::ZERO), None);
+        assert_eq!(s.learned().slept, None, "nothing learned with no window");
         // armed with a window, then the window set to 0 (a reload): no spin
-        s.woke(t, W);
-        assert_eq!(s.idle(t, Duration::ZERO), None);
+        s.woke(us(t, 20), MOST);
+        s.idle(us(t, 20), MOST);
+        s.woke(us(t, 30), MOST);
+        assert_eq!(s.idle(us(t, 30), Duration::ZERO), None);
     }
 }

@@ -50,6 +50,7 @@ ctool ls
 threads before
 PAIRS_MARK=$OUT/pairs_start python3 /host/guest/plocks.py /mnt >$OUT/plocks.txt 2>&1
 echo "plocks.py exit $?" >>$OUT/plocks.txt
+[ "$DAEMON" = rust ] && metrics $OUT/metrics.txt
 threads after
 # a uevent burst (every device's change event, twice) during a plock load: the daemon
 # reads past it (ENOBUFS is counted, not fatal) and answers every request
