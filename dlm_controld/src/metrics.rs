@@ -181,7 +181,7 @@ metrics! {
     /// that found requests (a wake-up saved), windows that passed without one.
     plock_spins: IntCounterVec = counter_vec(
         "dlm_plock_spins_total",
-        "The plock device read on after it emptied (plock_spin_us): outcome request (a wake-up saved) or none (a window spent)",
+        "The plock device read on after it emptied (plock_spin_us): outcome request (a wake-up saved), none (a window spent), busy (another task wanted the CPU) or turn (a process's turn long beside a wake-up)",
         ["outcome"]
     );
     /// What the plock device's reader has learned for its spin, in µs: the gap from the

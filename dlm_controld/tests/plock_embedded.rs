@@ -319,7 +319,7 @@ fn plock_locks_max_follows_reload_config() {
 fn the_reader_spins_as_plock_spin_us_says_and_reload_config_turns_it_off() {
     let (dir, k, ns, _d, fsid) = start_with("plspin", &[], "plock_spin_us=1000\n");
     let spins = || -> f64 {
-        ["request", "none", "busy"]
+        ["request", "none", "busy", "turn"]
             .iter()
             .map(|o| metric_in_ns(&ns.0, &format!("dlm_plock_spins_total{{outcome=\"{o}\"}}")))
             .sum()
@@ -367,7 +367,7 @@ fn the_reader_never_spins_for_a_c_compatible_lockspace() {
             assert_eq!(reply(&k).rv, 0);
         }
     }
-    for o in ["request", "none", "busy"] {
+    for o in ["request", "none", "busy", "turn"] {
         let n = metric_in_ns(&ns.0, &format!("dlm_plock_spins_total{{outcome=\"{o}\"}}"));
         assert_eq!(n, 0.0, "{o}");
     }

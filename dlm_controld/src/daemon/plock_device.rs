@@ -95,6 +95,7 @@ struct Spinner {
     found: prometheus::IntCounter,
     none: prometheus::IntCounter,
     busy: prometheus::IntCounter,
+    turn: prometheus::IntCounter,
     gap_slept: prometheus::IntGauge,
     gap_spun: prometheus::IntGauge,
     window_now: prometheus::IntGauge,
@@ -112,6 +113,7 @@ impl Spinner {
             found: m.with_label_values(&["request"]),
             none: m.with_label_values(&["none"]),
             busy: m.with_label_values(&["busy"]),
+            turn: m.with_label_values(&["turn"]),
             gap_slept: learned.with_label_values(&["gap_slept"]),
             gap_spun: learned.with_label_values(&["gap_spun"]),
             window_now: learned.with_label_values(&["window"]),
@@ -187,7 +189,10 @@ impl Spinner {
                 self.state.found(now);
                 match self.state.idle(now, most) {
                     Some(u) => until = u,
-                    None => break,
+                    None => {
+                        self.turn.inc();
+                        break;
+                    }
                 }
             } else if now >= until {
                 self.none.inc();

@@ -38,7 +38,12 @@ pub(crate) const WINDOW_MIN: Duration = Duration::from_micros(50);
 /// learned from.
 const PAUSE_WINDOWS: u32 = 16;
 
-/// A mean that follows its samples, each weighing 1/8 (nanoseconds).
+/// Each gap weighs this much (1/n) in its mean: a turn and a wake-up are each a few hundred
+/// samples a second and vary from one to the next by more than their difference, which
+/// decides whether to read on.
+const MEAN_OF: u64 = 32;
+
+/// A mean that follows its samples, each weighing 1/[`MEAN_OF`] (nanoseconds).
 #[derive(Debug, Clone, Copy)]
 struct Mean(u64);
 
@@ -47,8 +52,8 @@ impl Mean {
         let x = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX);
         *mean = Some(match *mean {
             None => Self(x),
-            Some(Self(m)) if x >= m => Self(m + (x - m) / 8),
-            Some(Self(m)) => Self(m - (m - x) / 8),
+            Some(Self(m)) if x >= m => Self(m + (x - m) / MEAN_OF),
+            Some(Self(m)) => Self(m - (m - x) / MEAN_OF),
         });
     }
 
@@ -219,9 +224,9 @@ mod tests {
         // a window without a request: the next empty read sleeps
         s.missed();
         assert_eq!(s.idle(us(t, 400), MOST), None);
-        // later gaps move each mean by an eighth of the difference
+        // later gaps move each mean by 1/32 of the difference
         s.woke(us(t, 470), MOST);
-        assert_eq!(s.learned().slept, Some(micros(140)));
+        assert_eq!(s.learned().slept, Some(Duration::from_nanos(147_500)));
     }
 
     #[test]
@@ -328,9 +333,9 @@ mod tests {
         assert_eq!(s.idle(us(t, 1200), MOST), Some(us(t, 1800)));
         s.found(us(t, 1350));
         assert_eq!(s.idle(us(t, 1350), MOST), Some(us(t, 1950)));
-        // a turn of 300 µs: the mean is 150 + 150/8, the window four of it
-        s.found(us(t, 1650));
-        assert_eq!(s.window(MOST), Duration::from_nanos(675_000));
+        // a turn of 310 µs: the mean is 150 + 160/32, the window four of it
+        s.found(us(t, 1660));
+        assert_eq!(s.window(MOST), micros(620));
         // plock_spin_us bounds it, and the shortest window is 50 µs
         assert_eq!(s.window(micros(300)), micros(300));
         assert_eq!(s.window(micros(20)), micros(20));
