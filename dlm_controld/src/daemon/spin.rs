@@ -11,10 +11,11 @@
 //! process's turn is at most [`WORTH`] times that (a process that works between its locks
 //! is not read on for), and the window is a few times the turn or the gap when sleeping,
 //! whichever is longer (a turn never outlasts that gap), at least [`WINDOW_MIN`], at most
-//! `plock_spin_us`. It is tried after a request that came within
-//! a few windows of the device emptying, given up at the first window without one, after
-//! which it backs off for twice as many wake-ups at each window missed in a row (replies
-//! that wait for a CPG round trip make it rare); nor is it while every CPU the daemon may
+//! `plock_spin_us`. It is tried after a request that came within a few windows of the
+//! device emptying, given up at the first window without one or the first turn that
+//! leaves it not worth it, after which it backs off for twice as many wake-ups at each
+//! such end in a row (replies that wait for a CPG round trip make it rare; each try after
+//! a back-off learns the turn again); nor is it while every CPU the daemon may
 //! use has a task to run (the reader would hold a CPU that one of them, or the process its
 //! reply wakes, needs), and it stops when yielding its CPU showed that another task wanted
 //! it. No I/O and no clock: the reader passes the instants and the tasks runnable.
@@ -77,6 +78,9 @@ pub(crate) struct Spin {
     slept: Option<Mean>,
     /// The same gap when the reader read on.
     spun: Option<Mean>,
+    /// The next request found while reading on starts the turn's mean again: a spin ended
+    /// (its window passed, or its turn was long), and the turn may have changed since.
+    relearn: bool,
 }
 
 /// What the reader has learned, for the metrics.
@@ -125,8 +129,9 @@ impl Spin {
     }
 
     /// Requests read at `now` after a sleep: the gap is learned, and the spin is armed if
-    /// they came within [`ARM_WINDOWS`] windows of the device emptying, no back-off is
-    /// running and reading on is worth it.
+    /// they came within [`ARM_WINDOWS`] windows of the device emptying and no back-off is
+    /// running (whether it is worth it is judged at its first request, with the turn
+    /// learned again: the turn changes only while the reader reads on).
     pub(crate) fn woke(&mut self, now: Instant, most: Duration) {
         let Some(t) = self.idle_since.take() else {
             return;
@@ -136,7 +141,7 @@ impl Spin {
         if !most.is_zero() && gap <= most * PAUSE_WINDOWS {
             Mean::add(&mut self.slept, gap);
         }
-        self.armed = quick && self.skip == 0 && self.worth();
+        self.armed = quick && self.skip == 0;
         self.skip = self.skip.saturating_sub(1);
     }
 
@@ -145,6 +150,9 @@ impl Spin {
     /// does.
     pub(crate) fn found(&mut self, now: Instant) {
         if let Some(t) = self.idle_since {
+            if std::mem::take(&mut self.relearn) {
+                self.spun = None;
+            }
             Mean::add(&mut self.spun, now.saturating_duration_since(t));
         }
         if self.worth() {
@@ -158,6 +166,7 @@ impl Spin {
     /// 2^k wake-ups (k windows missed in a row) pass without a spin.
     pub(crate) fn missed(&mut self) {
         self.armed = false;
+        self.relearn = true;
         self.misses = (self.misses + 1).min(BACKOFF_MAX);
         self.skip = 1 << self.misses;
     }
@@ -313,10 +322,28 @@ mod tests {
         s.found(us(t, 1220));
         assert_eq!(s.idle(us(t, 1220), MOST), None, "400 > 4 × 10");
         // and the next two wake-ups do not try
-        for at in [2000, 3000] {
+        let wake = |s: &mut Spin, at: u64| {
             s.idle(us(t, at), MOST);
             s.woke(us(t, at + 410), MOST);
-            assert_eq!(s.idle(us(t, at + 410), MOST), None);
+            s.idle(us(t, at + 410), MOST).is_some()
+        };
+        assert!(!wake(&mut s, 2000));
+        assert!(!wake(&mut s, 3000));
+        // the third tries again and learns the turn again: still long, so it ends at its
+        // first request and the next four do not try
+        assert!(wake(&mut s, 4000));
+        s.found(us(t, 4810));
+        assert_eq!(s.idle(us(t, 4810), MOST), None);
+        for i in 0..4 {
+            assert!(!wake(&mut s, 5000 + 1000 * i), "{i}");
+        }
+        // a turn that became short (the process stopped working between its locks) is
+        // learned at the next try, and the spin goes on
+        assert!(wake(&mut s, 9000));
+        for k in 0..64 {
+            let at = 9410 + 20 * k;
+            s.found(us(t, at + 20));
+            assert!(s.idle(us(t, at + 20), MOST).is_some(), "{k}");
         }
     }
 
