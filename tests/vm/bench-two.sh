@@ -15,7 +15,7 @@ for kind in ${KINDS:-rust c own}; do
     run=$(mktemp -d /tmp/dlm-vmbench.XXXXXX)
     d=$kind conf=
     [[ $kind == own ]] && d=c conf=plock_ownership=1
-    # DLMCONF_RUST: dlm.conf lines for ours alone (e.g. plock_spin_us=1000 with SMP=2)
+    # DLMCONF_RUST: dlm.conf lines for ours alone (e.g. plock_spin_us=0 to turn its spin off)
     [[ $kind == rust ]] && conf=${DLMCONF_RUST:-}
     BENCH=1 DLMCONF=$conf DAEMON1=$d DAEMON2=$d RUN=$run bash "$here/run-two.sh" >"$run/run.log" 2>&1
     # (C's plock_ownership=1 exits 1 here: its dumps list each node's cached resources
