@@ -208,6 +208,14 @@ mod tests {
         Duration::from_micros(n)
     }
 
+    /// The device empties at `at`, the reader sleeps, the next request comes `gap` µs
+    /// later and the device is empty again: whether the reader reads on.
+    fn wake(s: &mut Spin, at: Instant, gap: u64) -> bool {
+        s.idle(at, MOST);
+        s.woke(at + micros(gap), MOST);
+        s.idle(at + micros(gap), MOST).is_some()
+    }
+
     #[test]
     fn a_quick_request_after_a_sleep_arms_the_spin_and_an_empty_window_disarms_it() {
         let t = Instant::now();
@@ -247,11 +255,7 @@ mod tests {
         s.woke(us(t, 100), MOST);
         s.idle(us(t, 100), MOST);
         s.found(us(t, 110));
-        let wake = |s: &mut Spin, at: u64| {
-            s.idle(us(t, at), MOST);
-            s.woke(us(t, at + 100), MOST);
-            s.idle(us(t, at + 110), MOST).is_some()
-        };
+        let wake = |s: &mut Spin, at: u64| wake(s, us(t, at), 100);
         assert!(wake(&mut s, 1000));
         s.missed();
         // 2 quick wake-ups without a spin, then one
@@ -322,11 +326,7 @@ mod tests {
         s.found(us(t, 1220));
         assert_eq!(s.idle(us(t, 1220), MOST), None, "400 > 4 × 10");
         // and the next two wake-ups do not try
-        let wake = |s: &mut Spin, at: u64| {
-            s.idle(us(t, at), MOST);
-            s.woke(us(t, at + 410), MOST);
-            s.idle(us(t, at + 410), MOST).is_some()
-        };
+        let wake = |s: &mut Spin, at: u64| wake(s, us(t, at), 410);
         assert!(!wake(&mut s, 2000));
         assert!(!wake(&mut s, 3000));
         // the third tries again and learns the turn again: still long, so it ends at its
