@@ -183,10 +183,31 @@ pub fn drive(
         for r in &replies {
             run.out.clear();
             run.reply(r, now, ending, fsid, first, script);
+            work(think_time());
             port.send(&run.out).ok()?;
         }
     }
     Some(run.d)
+}
+
+/// `VS_THINK_US=<µs>` (for profiling): how long a process works on the CPU between a reply
+/// and its next request (0: none, as the tables run).
+fn think_time() -> Duration {
+    static THINK: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *THINK.get_or_init(|| {
+        let us = std::env::var("VS_THINK_US")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        Duration::from_micros(us.unwrap_or(0))
+    })
+}
+
+/// Works on the CPU for `d`, as a process computing between two locks.
+fn work(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
 }
 
 /// One driver's processes in flight.

@@ -39,9 +39,9 @@ pub(crate) const WINDOW_MIN: Duration = Duration::from_micros(50);
 /// learned from.
 const PAUSE_WINDOWS: u32 = 16;
 
-/// Each gap weighs this much (1/n) in its mean: a turn and a wake-up are each a few hundred
-/// samples a second and vary from one to the next by more than their difference, which
-/// decides whether to read on.
+/// Each gap weighs this much (1/n) in its mean: the gaps vary from one to the next by more
+/// than the difference of the two means, which decides whether to read on, and come by the
+/// thousand a second while it matters.
 const MEAN_OF: u64 = 32;
 
 /// A mean that follows its samples, each weighing 1/[`MEAN_OF`] (nanoseconds).
