@@ -598,8 +598,9 @@ pub struct Hops {
     pub request: (f64, f64),
     /// `dlm_plock_request_seconds{wait="false"}`: the requests that never wait for a lock.
     pub quick: (f64, f64),
-    /// `dlm_plock_spins_total`: reads on that found requests, windows spent without one.
-    pub spins: (f64, f64),
+    /// `dlm_plock_spins_total`: reads on that found requests, windows spent without one,
+    /// spins not begun or given up for a busy CPU, spins ended for a long turn.
+    pub spins: [f64; 4],
     /// `dlm_plock_spin_microseconds` as it stands: gap slept, gap spun, window.
     pub spin_us: (f64, f64, f64),
 }
@@ -622,7 +623,7 @@ impl Hops {
         let spins =
             |outcome: &str| series(&format!("dlm_plock_spins_total{{outcome=\"{outcome}\"}}"));
         Some(Self {
-            spins: (spins("request"), spins("none")),
+            spins: ["request", "none", "busy", "turn"].map(spins),
             spin_us: (spin("gap_slept"), spin("gap_spun"), spin("window")),
             handoff: one("dlm_plock_handoff_seconds", &at)?,
             round_trip: one("dlm_cpg_round_trip_seconds", &at).unwrap_or_default(),
@@ -645,10 +646,9 @@ impl Hops {
             handoff_us: mean(self.handoff, before.handoff),
             round_trip_us: mean(self.round_trip, before.round_trip),
             trips_per_request: trips / requests.max(1.0),
-            spins_per_request: (
-                (self.spins.0 - before.spins.0) / requests.max(1.0),
-                (self.spins.1 - before.spins.1) / requests.max(1.0),
-            ),
+            spins_per_request: std::array::from_fn(|i| {
+                (self.spins[i] - before.spins[i]) / requests.max(1.0)
+            }),
             spin_us: self.spin_us,
         }
     }
@@ -669,8 +669,9 @@ pub struct HopSplit {
     /// Messages of ours per request.
     pub trips_per_request: f64,
     /// The device's reader reading on, per request: reads that found requests, windows
-    /// spent without one.
-    pub spins_per_request: (f64, f64),
+    /// spent without one, spins not begun or given up for a busy CPU, spins ended for a
+    /// long turn.
+    pub spins_per_request: [f64; 4],
     /// What the reader learned for its spin at the run's end (µs): gap slept, gap spun,
     /// window.
     pub spin_us: (f64, f64, f64),
@@ -683,13 +684,16 @@ impl std::fmt::Display for HopSplit {
         write!(
             f,
             "request {} = device to task {} + the rest; CPG round trip {} ({:.2} per request); \
-             spin {:.2} found / {:.3} missed per request, gaps slept {} spun {} window {} µs",
+             spin {:.2} found / {:.3} missed / {:.3} busy / {:.3} long turn per request, \
+             gaps slept {} spun {} window {} µs",
             us(self.request_us),
             us(self.handoff_us),
             us(self.round_trip_us),
             self.trips_per_request,
-            self.spins_per_request.0,
-            self.spins_per_request.1,
+            self.spins_per_request[0],
+            self.spins_per_request[1],
+            self.spins_per_request[2],
+            self.spins_per_request[3],
             self.spin_us.0,
             self.spin_us.1,
             self.spin_us.2

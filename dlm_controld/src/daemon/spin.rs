@@ -18,7 +18,9 @@
 //! a back-off learns the turn again); nor is it while every CPU the daemon may
 //! use has a task to run (the reader would hold a CPU that one of them, or the process its
 //! reply wakes, needs), and it stops when yielding its CPU showed that another task wanted
-//! it. No I/O and no clock: the reader passes the instants and the tasks runnable.
+//! it; either stop backs off as a missed window does if the spin had found no request yet
+//! (a process that works on the CPU between its locks is found that way, before its next
+//! request). No I/O and no clock: the reader passes the instants and the tasks runnable.
 
 use std::time::{Duration, Instant};
 
@@ -162,8 +164,17 @@ impl Spin {
         }
     }
 
+    /// The CPU was wanted by another task: the spin ends; if it had found no request yet,
+    /// as a missed window (a process that works on the CPU between its locks is found that
+    /// way, before its next request comes), else with no back-off (it paid).
+    pub(crate) fn wanted(&mut self, paid: bool) {
+        if !paid {
+            self.missed();
+        }
+    }
+
     /// A window passed without a request: sleep at the next empty read, and let the next
-    /// 2^k wake-ups (k windows missed in a row) pass without a spin.
+    /// 2^k wake-ups (k such ends in a row) pass without a spin.
     pub(crate) fn missed(&mut self) {
         self.armed = false;
         self.relearn = true;
@@ -371,6 +382,22 @@ mod tests {
         quick.woke(us(t, 5), MOST);
         assert_eq!(quick.window(MOST), WINDOW_MIN);
         assert_eq!(Spin::default().window(MOST), WINDOW_MIN);
+    }
+
+    #[test]
+    fn a_spin_the_cpu_was_wanted_from_backs_off_unless_it_had_paid() {
+        let t = Instant::now();
+        let mut s = Spin::default();
+        assert!(wake(&mut s, t, 100));
+        // wanted before any request: the next two wake-ups do not try
+        s.wanted(false);
+        assert!(!wake(&mut s, us(t, 2000), 100));
+        assert!(!wake(&mut s, us(t, 3000), 100));
+        assert!(wake(&mut s, us(t, 4000), 100));
+        // wanted after requests were found: no back-off
+        s.found(us(t, 4120));
+        s.wanted(true);
+        assert!(wake(&mut s, us(t, 5000), 100));
     }
 
     #[test]
