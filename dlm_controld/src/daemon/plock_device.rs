@@ -171,25 +171,22 @@ impl Spinner {
         };
         let window = self.state.window(most);
         let mut turns = 0u32;
-        // whether this spin has found a request yet
-        let mut paid = false;
         while gate.open() {
             // the machine's load at the start and every few turns after
             if turns % LOAD_EVERY == 0 && !self.cpu_to_spare() {
                 self.busy.inc();
-                self.state.wanted(paid);
+                self.state.wanted();
                 break;
             }
             turns = turns.wrapping_add(1);
             tokio::task::yield_now().await;
             if !self.yield_cpu(window) {
-                self.state.wanted(paid);
+                self.state.wanted();
                 break;
             }
             let n = read_plocks(dev, &mut || {}, gate, batch, ctx)?;
             let now = std::time::Instant::now();
             if n > 0 {
-                paid = true;
                 self.found.inc();
                 self.state.found(now);
                 match self.state.idle(now, most) {

@@ -36,7 +36,7 @@ const WORTH: u32 = 4;
 /// is longer)…
 const WINDOW_TURNS: u32 = 4;
 /// …and never shorter than this (or `plock_spin_us`, if that is shorter).
-pub(crate) const WINDOW_MIN: Duration = Duration::from_micros(50);
+const WINDOW_MIN: Duration = Duration::from_micros(50);
 /// A gap longer than this many longest windows is a pause, not a process's turn: it is not
 /// learned from.
 const PAUSE_WINDOWS: u32 = 16;
@@ -83,6 +83,8 @@ pub(crate) struct Spin {
     /// The next request found while reading on starts the turn's mean again: a spin ended
     /// (its window passed, or its turn was long), and the turn may have changed since.
     relearn: bool,
+    /// The spin under way has found a request.
+    paid: bool,
 }
 
 /// What the reader has learned, for the metrics.
@@ -145,12 +147,14 @@ impl Spin {
         }
         self.armed = quick && self.skip == 0;
         self.skip = self.skip.saturating_sub(1);
+        self.paid = false;
     }
 
     /// A read at `now` while spinning found requests: the gap is learned; the spin goes
     /// on (the back-off is over) while it is worth it, else it ends as a missed window
     /// does.
     pub(crate) fn found(&mut self, now: Instant) {
+        self.paid = true;
         if let Some(t) = self.idle_since {
             if std::mem::take(&mut self.relearn) {
                 self.spun = None;
@@ -167,8 +171,8 @@ impl Spin {
     /// The CPU was wanted by another task: the spin ends; if it had found no request yet,
     /// as a missed window (a process that works on the CPU between its locks is found that
     /// way, before its next request comes), else with no back-off (it paid).
-    pub(crate) fn wanted(&mut self, paid: bool) {
-        if !paid {
+    pub(crate) fn wanted(&mut self) {
+        if !self.paid {
             self.missed();
         }
     }
@@ -390,13 +394,13 @@ mod tests {
         let mut s = Spin::default();
         assert!(wake(&mut s, t, 100));
         // wanted before any request: the next two wake-ups do not try
-        s.wanted(false);
+        s.wanted();
         assert!(!wake(&mut s, us(t, 2000), 100));
         assert!(!wake(&mut s, us(t, 3000), 100));
         assert!(wake(&mut s, us(t, 4000), 100));
         // wanted after requests were found: no back-off
         s.found(us(t, 4120));
-        s.wanted(true);
+        s.wanted();
         assert!(wake(&mut s, us(t, 5000), 100));
     }
 
