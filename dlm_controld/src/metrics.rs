@@ -184,6 +184,13 @@ metrics! {
         "The plock device read on after it emptied (plock_spin_us): outcome request (a wake-up saved), none (a window spent), busy (another task wanted the CPU) or turn (a process's turn long beside a wake-up)",
         ["outcome"]
     );
+    /// On one CPU: the plock device's reader looking at the device again after the other
+    /// tasks' turn instead of sleeping: looks that found requests, and that found none.
+    plock_looks: IntCounterVec = counter_vec(
+        "dlm_plock_looks_total",
+        "On one CPU, the plock device looked at again after the daemon's other tasks had their turn instead of sleeping: outcome request (a reactor turn saved) or none",
+        ["outcome"]
+    );
     /// What the plock device's reader has learned for its spin, in µs: the gap from the
     /// device emptying to the next request when it slept and when it read on, and the
     /// window that gives (0 until learned).
@@ -476,6 +483,7 @@ mod tests {
         m.plock_backlog.set(7);
         m.plock_read_pauses.inc();
         m.plock_spins.with_label_values(&["none"]).inc();
+        m.plock_looks.with_label_values(&["none"]).inc();
         m.log_lines_dropped.inc();
         m.errors.inc();
         m.fence_attempts.with_label_values(&["fence_all"]).inc();
@@ -526,6 +534,7 @@ mod tests {
             "dlm_plock_backlog",
             "dlm_plock_read_pauses_total",
             "dlm_plock_spins_total",
+            "dlm_plock_looks_total",
             "dlm_log_lines_dropped_total",
             "dlm_errors_total",
             "dlm_fence_agent_runs_total",

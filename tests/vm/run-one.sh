@@ -25,7 +25,7 @@ for f in threads.txt times.txt plocks.txt uevents.txt rss_kb.txt ls.txt; do
 done
 [[ -f $out/dump.txt ]] && echo "--- dump.txt: $(wc -l <"$out/dump.txt") lines"
 # ours: what the plock device's reader learned for its spin, after plocks.py
-[[ -f $out/metrics.txt ]] && { echo "--- spin"; grep "^dlm_plock_spin" "$out/metrics.txt" || true; }
+[[ -f $out/metrics.txt ]] && { echo "--- spin and looks"; grep -E "^dlm_plock_(spin|look)" "$out/metrics.txt" || true; }
 # ours came from the package: installed over Debian's (refused while Debian's daemon ran),
 # removed again, Debian's daemon running after it
 if [[ $DAEMON == rust ]]; then

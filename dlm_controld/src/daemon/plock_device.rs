@@ -99,6 +99,12 @@ struct Spinner {
     gap_slept: prometheus::IntGauge,
     gap_spun: prometheus::IntGauge,
     window_now: prometheus::IntGauge,
+    /// On one CPU: the look after the other tasks' turn ([`super::spin::Look`]).
+    look: super::spin::Look,
+    /// Looks that found requests, and that found none.
+    looks: [prometheus::IntCounter; 2],
+    /// The learned window was last published as zero (no spin): not again each wake-up.
+    published_off: bool,
 }
 
 impl Spinner {
@@ -117,6 +123,10 @@ impl Spinner {
             gap_slept: learned.with_label_values(&["gap_slept"]),
             gap_spun: learned.with_label_values(&["gap_spun"]),
             window_now: learned.with_label_values(&["window"]),
+            look: super::spin::Look::default(),
+            looks: ["request", "none"]
+                .map(|o| crate::metrics::get().plock_looks.with_label_values(&[o])),
+            published_off: false,
         }
     }
 
@@ -163,6 +173,13 @@ impl Spinner {
         ctx: &mut ReadCtx<'_>,
     ) -> Result<(), DaemonError> {
         let most = self.most();
+        if most.is_zero() {
+            if !std::mem::replace(&mut self.published_off, true) {
+                self.publish(most);
+            }
+            return self.look(dev, gate, batch, ctx).await;
+        }
+        self.published_off = false;
         let now = std::time::Instant::now();
         self.state.woke(now, most);
         let Some(mut until) = self.state.idle(now, most) else {
@@ -206,6 +223,33 @@ impl Spinner {
         Ok(())
     }
 
+    /// On one CPU, with some lockspace native: the device looked at again once the other
+    /// tasks have had their turn, for as long as each look finds requests
+    /// ([`super::spin::Look`]). A look that finds none leaves the reactor's readiness as
+    /// it is: the request that comes next is reported by the reactor as before.
+    async fn look(
+        &mut self,
+        dev: &MiscDevice,
+        gate: &mut DeviceGate,
+        batch: &mut Records,
+        ctx: &mut ReadCtx<'_>,
+    ) -> Result<(), DaemonError> {
+        if self.cpus > 1 || !lockspace::any_native() || !self.look.wanted() {
+            return Ok(());
+        }
+        while gate.open() {
+            BehindTheOthers(false).await;
+            if read_plocks(dev, &mut || {}, gate, batch, ctx)? == 0 {
+                self.look.missed();
+                self.looks[1].inc();
+                break;
+            }
+            self.look.found();
+            self.looks[0].inc();
+        }
+        Ok(())
+    }
+
     /// Gives this CPU to any task waiting for it; `false` (the spin given up until the
     /// next wake-up) when one took it for more than half a window.
     fn yield_cpu(&mut self, window: Duration) -> bool {
@@ -216,6 +260,26 @@ impl Spinner {
             return false;
         }
         true
+    }
+}
+
+/// Pending once, the task woken at once: it goes behind every task already woken (the
+/// lockspace tasks it handed requests to) without the reactor being asked first, as
+/// `tokio::task::yield_now` asks it (one system call).
+struct BehindTheOthers(bool);
+
+impl Future for BehindTheOthers {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if std::mem::replace(&mut self.0, true) {
+            return std::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
     }
 }
 
