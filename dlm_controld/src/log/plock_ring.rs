@@ -160,13 +160,8 @@ impl Default for PlockRing {
     }
 }
 
-fn dec_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 10 {
-        v /= 10;
-        n += 1;
-    }
-    n
+fn dec_len(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 fn hex_len(v: u64) -> usize {
@@ -290,6 +285,18 @@ mod tests {
     #[test]
     fn a_record_fits_a_cache_line() {
         assert!(size_of::<Entry>() <= 64, "{}", size_of::<Entry>());
+    }
+
+    #[test]
+    fn decimal_lengths_at_every_power_of_ten() {
+        let mut p = 1u64;
+        for digits in 1..=20 {
+            assert_eq!(dec_len(p), digits, "{p}");
+            assert_eq!(dec_len(p - 1), (digits - 1).max(1), "{}", p - 1);
+            p = p.saturating_mul(10);
+        }
+        assert_eq!(dec_len(u64::MAX), u64::MAX.to_string().len());
+        assert_eq!(dec_len(0), 1);
     }
 
     /// The records dump exactly the bytes C's text ring holds, before and after wrapping,
