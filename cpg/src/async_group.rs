@@ -2,6 +2,7 @@
 //! readability, dispatch everything pending without blocking, clear the readiness tick.
 //! Retried sends wait asynchronously, so no other task waits behind `CS_ERR_TRY_AGAIN`.
 
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::Interest;
@@ -44,16 +45,31 @@ impl AsyncCorosyncGroup {
     /// most 64 messages per wake-up and keeps the readiness while more
     /// are pending, so a stream of deliveries never holds the caller for long.
     pub async fn next_event(&mut self) -> Result<Event, CpgError> {
+        std::future::poll_fn(|cx| self.poll_next_event(cx)).await
+    }
+
+    /// [`Self::next_event`] as a poll: the task is woken when the fd is readable. The fd's
+    /// one reader slot holds the waker (a caller that polls it afresh every turn, in a
+    /// `select!`, adds and removes no waiter each time, as the `readable` future does).
+    pub fn poll_next_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<Event, CpgError>> {
         loop {
             if let Some(e) = self.fd.get_mut().poll_event() {
-                return Ok(e);
+                return Poll::Ready(Ok(e));
             }
-            let mut guard = self.fd.readable_mut().await.map_err(|e| CpgError::Io {
-                call: "tokio readiness",
-                source: e.into(),
-            })?;
-            if guard.get_inner_mut().dispatch_some(DISPATCH_BUDGET)? {
-                guard.clear_ready();
+            let mut guard = match self.fd.poll_read_ready_mut(cx) {
+                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(Err(e)) => {
+                    return Poll::Ready(Err(CpgError::Io {
+                        call: "tokio readiness",
+                        source: e.into(),
+                    }));
+                }
+                Poll::Pending => return Poll::Pending,
+            };
+            match guard.get_inner_mut().dispatch_some(DISPATCH_BUDGET) {
+                Ok(true) => guard.clear_ready(),
+                Ok(false) => {}
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
