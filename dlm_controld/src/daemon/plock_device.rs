@@ -164,7 +164,7 @@ impl Spinner {
 
     /// After a wake-up that found requests: reads on, giving the daemon's other tasks
     /// their turns in between, while requests keep coming within the window and no other
-    /// task wants the CPU.
+    /// task wants the CPU; where no window is (one CPU, or none native), the look.
     async fn after_wake(
         &mut self,
         dev: &MiscDevice,
