@@ -354,6 +354,61 @@ fn the_reader_spins_as_plock_spin_us_says_and_reload_config_turns_it_off() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Pins the calling thread (and so the processes it starts) to the first CPU it may use.
+fn pin_to_one_cpu() {
+    // SAFETY: a zeroed cpu_set_t is an empty set; both calls get its size and a pointer
+    // to it, and 0 names the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        assert_eq!(libc::sched_getaffinity(0, size, &raw mut set), 0);
+        let first = (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .expect("a CPU");
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(first, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, size, &raw const set), 0);
+    }
+}
+
+/// With one CPU the reader never spins; after a wake-up that found requests it looks at
+/// the device again once the daemon's other tasks have had their turn (each look counted,
+/// whatever it found), and every request still gets its one reply in order. A C-compatible
+/// lockspace, whose replies wait for a CPG round trip, is never looked for.
+#[test]
+fn with_one_cpu_the_reader_looks_instead_of_spinning() {
+    pin_to_one_cpu();
+    for (tag, conf, looked) in [
+        ("pllook", "plock_spin_us=1000\n", true),
+        ("pllook0", "plock_native=0\nplock_spin_us=1000\n", false),
+    ] {
+        let (dir, k, ns, _d, fsid) = start_with(tag, &[], conf);
+        let sum = |name: &str, outcomes: &[&str]| -> f64 {
+            outcomes
+                .iter()
+                .map(|o| metric_in_ns(&ns.0, &format!("{name}{{outcome=\"{o}\"}}")))
+                .sum()
+        };
+        for i in 0..100 {
+            for op in [PlockOp::LOCK, PlockOp::UNLOCK] {
+                let r = req(op, 1, true, false, 10 * i, 10 * i + 1, fsid);
+                k.send_plock(&r).expect("send");
+                let got = reply(&k);
+                assert_eq!((got.op, got.start, got.rv), (op, 10 * i, 0), "{tag}");
+            }
+        }
+        let spins = sum(
+            "dlm_plock_spins_total",
+            &["request", "none", "busy", "turn"],
+        );
+        assert_eq!(spins, 0.0, "{tag}: never a spin with one CPU");
+        let looks = sum("dlm_plock_looks_total", &["request", "none"]);
+        assert_eq!(looks > 0.0, looked, "{tag}: {looks} looks");
+        drop(k);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// `plock_spin_us` in a C-compatible lockspace: every reply waits for a CPG round trip, so
 /// the next request never comes within a window of the device emptying, and the reader
 /// never tries (it did, and paid a look at the machine's load at most wake-ups).
