@@ -360,7 +360,7 @@ fn pin_to_one_cpu() {
     // to it, and 0 names the calling thread.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        let size = std::mem::size_of::<libc::cpu_set_t>();
+        let size = size_of::<libc::cpu_set_t>();
         assert_eq!(libc::sched_getaffinity(0, size, &raw mut set), 0);
         let first = (0..libc::CPU_SETSIZE as usize)
             .find(|&c| libc::CPU_ISSET(c, &set))
