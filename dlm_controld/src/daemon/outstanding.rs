@@ -51,9 +51,7 @@ impl Outstanding {
     /// A request read at `t0` now waits for its reply.
     pub(crate) fn insert(&mut self, t0: Instant, info: PlockInfo) {
         let key = key_of(&info);
-        if self.short.len() < SHORT
-            && (self.requests.is_empty() || !self.requests.contains_key(&key))
-        {
+        if self.short.len() < SHORT && !self.requests.contains_key(&key) {
             self.short.push((key, t0, info));
             return;
         }

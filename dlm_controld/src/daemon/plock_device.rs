@@ -99,8 +99,8 @@ struct Spinner {
     gap_slept: prometheus::IntGauge,
     gap_spun: prometheus::IntGauge,
     window_now: prometheus::IntGauge,
-    /// On one CPU: the look after the other tasks' turn ([`super::spin::Look`]).
-    look: super::spin::Look,
+    /// On one CPU: the look's back-off ([`Self::look`]).
+    look: super::spin::BackOff,
     /// Looks that found requests, and that found none.
     looks: [prometheus::IntCounter; 2],
     /// The learned window was last published as zero (no spin): not again each wake-up.
@@ -123,7 +123,7 @@ impl Spinner {
             gap_slept: learned.with_label_values(&["gap_slept"]),
             gap_spun: learned.with_label_values(&["gap_spun"]),
             window_now: learned.with_label_values(&["window"]),
-            look: super::spin::Look::default(),
+            look: super::spin::BackOff::default(),
             looks: ["request", "none"]
                 .map(|o| crate::metrics::get().plock_looks.with_label_values(&[o])),
             published_off: false,
@@ -223,10 +223,14 @@ impl Spinner {
         Ok(())
     }
 
-    /// On one CPU, with some lockspace native: the device looked at again once the other
-    /// tasks have had their turn, for as long as each look finds requests
-    /// ([`super::spin::Look`]). A look that finds none leaves the reactor's readiness as
-    /// it is: the request that comes next is reported by the reactor as before.
+    /// On one CPU, with some lockspace native, where no spin runs (it would hold the CPU
+    /// the process needs): a reply's wake-up lets its process run at once, ahead of the
+    /// daemon's thread, until its next request is queued; so the device is looked at
+    /// again once the other tasks have had their turn (the replies are written then),
+    /// instead of a sleep in the reactor, and again after each look that finds requests.
+    /// A look that finds none backs off as a missed spin window does
+    /// ([`super::spin::BackOff`]) and leaves the reactor's readiness as it is: the request
+    /// that comes next is reported by the reactor as before.
     async fn look(
         &mut self,
         dev: &MiscDevice,
@@ -234,7 +238,7 @@ impl Spinner {
         batch: &mut Records,
         ctx: &mut ReadCtx<'_>,
     ) -> Result<(), DaemonError> {
-        if self.cpus > 1 || !lockspace::any_native() || !self.look.wanted() {
+        if self.cpus > 1 || !lockspace::any_native() || !self.look.allows() {
             return Ok(());
         }
         while gate.open() {
@@ -244,7 +248,7 @@ impl Spinner {
                 self.looks[1].inc();
                 break;
             }
-            self.look.found();
+            self.look.reset();
             self.looks[0].inc();
         }
         Ok(())

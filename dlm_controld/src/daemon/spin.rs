@@ -72,10 +72,8 @@ pub(crate) struct Spin {
     armed: bool,
     /// When the device was last found empty.
     idle_since: Option<Instant>,
-    /// Windows in a row that passed without a request (at most [`BACKOFF_MAX`]).
-    misses: u32,
-    /// Wake-ups still to go without a spin.
-    skip: u32,
+    /// Wake-ups to go without a spin after windows that passed without a request.
+    back_off: BackOff,
     /// The gap from the device emptying to the next request when the reader slept.
     slept: Option<Mean>,
     /// The same gap when the reader read on.
@@ -145,8 +143,7 @@ impl Spin {
         if !most.is_zero() && gap <= most * PAUSE_WINDOWS {
             Mean::add(&mut self.slept, gap);
         }
-        self.armed = quick && self.skip == 0;
-        self.skip = self.skip.saturating_sub(1);
+        self.armed = quick && self.back_off.allows();
         self.paid = false;
     }
 
@@ -162,7 +159,7 @@ impl Spin {
             Mean::add(&mut self.spun, now.saturating_duration_since(t));
         }
         if self.worth() {
-            self.misses = 0;
+            self.back_off.reset();
         } else {
             self.missed();
         }
@@ -182,30 +179,25 @@ impl Spin {
     pub(crate) fn missed(&mut self) {
         self.armed = false;
         self.relearn = true;
-        self.misses = (self.misses + 1).min(BACKOFF_MAX);
-        self.skip = 1 << self.misses;
+        self.back_off.missed();
     }
 }
 
-/// On one CPU there is no spin (the reader would hold the CPU the process needs). There,
-/// a reply's wake-up lets its process run at once, ahead of the daemon's thread, until its
-/// next request is queued; so after a wake-up that found requests the reader looks at the
-/// device once more when the daemon's other tasks have had their turn (the replies are
-/// written then), instead of sleeping in the reactor, and again after each look that found
-/// requests: one system call and a reactor turn saved per request. A look that finds none
-/// backs off as a missed window does (where replies wait for a CPG round trip, looks stay
-/// rare).
+/// Tries (a spin, or with one CPU the reader's look, `plock_device.rs`) that end without
+/// a request make the next `2^k` wake-ups (k such ends in a row, at most
+/// [`BACKOFF_MAX`]) pass without one, so where replies wait for something slower (a CPG
+/// round trip) tries stay rare.
 #[derive(Debug, Default)]
-pub(crate) struct Look {
-    /// Looks in a row that found nothing (at most [`BACKOFF_MAX`]).
+pub(crate) struct BackOff {
+    /// Tries in a row that ended without a request.
     misses: u32,
-    /// Wake-ups still to go without a look.
+    /// Wake-ups still to go without a try.
     skip: u32,
 }
 
-impl Look {
-    /// After a wake-up that found requests: whether to look (each call is one wake-up).
-    pub(crate) fn wanted(&mut self) -> bool {
+impl BackOff {
+    /// A wake-up: whether it may try.
+    pub(crate) fn allows(&mut self) -> bool {
         if self.skip > 0 {
             self.skip -= 1;
             return false;
@@ -213,13 +205,12 @@ impl Look {
         true
     }
 
-    /// A look found requests: look again after them.
-    pub(crate) fn found(&mut self) {
+    /// A try found requests: the back-off is over.
+    pub(crate) fn reset(&mut self) {
         self.misses = 0;
     }
 
-    /// A look found none: sleep, and let the next `2^k` wake-ups (k such looks in a row)
-    /// pass without one.
+    /// A try ended without a request.
     pub(crate) fn missed(&mut self) {
         self.misses = (self.misses + 1).min(BACKOFF_MAX);
         self.skip = 1 << self.misses;
@@ -481,13 +472,13 @@ mod tests {
     }
 
     #[test]
-    fn a_look_that_finds_nothing_backs_off_for_twice_as_many_wake_ups_each_time() {
-        let mut l = Look::default();
-        assert!(l.wanted(), "the first wake-up looks");
-        l.found();
-        assert!(l.wanted(), "looks that find requests go on");
+    fn a_try_that_finds_nothing_backs_off_for_twice_as_many_wake_ups_each_time() {
+        let mut l = BackOff::default();
+        assert!(l.allows(), "the first wake-up tries");
+        l.reset();
+        assert!(l.allows(), "tries that find requests go on");
         l.missed();
-        let skipped = |l: &mut Look| (0..200).take_while(|_| !l.wanted()).count();
+        let skipped = |l: &mut BackOff| (0..200).take_while(|_| !l.allows()).count();
         assert_eq!(skipped(&mut l), 2, "one miss: two wake-ups pass");
         l.missed();
         assert_eq!(skipped(&mut l), 4, "two in a row: four");
@@ -495,7 +486,7 @@ mod tests {
             l.missed();
         }
         assert_eq!(skipped(&mut l), 64, "at most 2^6");
-        l.found();
+        l.reset();
         l.missed();
         assert_eq!(skipped(&mut l), 2, "a find starts the count again");
     }
