@@ -23,6 +23,9 @@ pub enum Daemons {
     OursCompat,
     /// Ours as it runs by default (native mode).
     Ours,
+    /// `cpg_ceiling`: one CPG round trip per request and nothing else, what any
+    /// C-compatible daemon could reach at most.
+    CpgCeiling,
 }
 
 impl Daemons {
@@ -34,7 +37,13 @@ impl Daemons {
             Self::COwnership => "C 4.2.0 plock_ownership=1",
             Self::OursCompat => "ours, plock_native=0 (C-compatible)",
             Self::Ours => "ours (native mode)",
+            Self::CpgCeiling => "ceiling: one CPG round trip per request",
         }
+    }
+
+    /// Whether it is a `dlm_controld` (joins lockspaces, answers queries, has metrics).
+    pub fn is_dlm_controld(self) -> bool {
+        !matches!(self, Self::StandIn | Self::CpgCeiling)
     }
 }
 
@@ -69,7 +78,27 @@ pub fn start_daemon_of(
         }
         Daemons::CDefault => crate::start_c_daemon(ns, shim, k, &["-f", "0"], log),
         Daemons::COwnership => crate::start_c_daemon(ns, shim, k, &["-f", "0", "-o", "1"], log),
+        Daemons::CpgCeiling => start_ceiling(ns, root),
     }
+}
+
+/// `cpg_ceiling` (next to this executable) on the fake kernel under `root`, in `ns`, once
+/// it has joined its group.
+fn start_ceiling(ns: &str, root: &std::path::Path) -> Option<crate::Daemon> {
+    use std::io::BufRead;
+    let bin = std::env::current_exe().ok()?.parent()?.join("cpg_ceiling");
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(bin)
+        .arg(root)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let out = child.stdout.take()?;
+    let daemon = crate::Daemon(child);
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line).ok()?;
+    (line.trim() == "ready").then_some(daemon)
 }
 
 /// What a process asks at one step of its script.

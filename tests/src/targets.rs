@@ -200,6 +200,7 @@ fn name(k: Daemons) -> &'static str {
         OursCompat => "C-compatible",
         Ours => "native",
         Daemons::StandIn => "the stand-in",
+        Daemons::CpgCeiling => "the ceiling",
     }
 }
 
@@ -236,10 +237,32 @@ pub fn why(t: &Target, runs: RunsOf) -> Option<String> {
                 "ours {:.1} µs of daemon and {:.1} of corosync CPU per op, {c_name} {:.1} and {:.1}",
                 ours.daemon_us_op, ours.corosync_us_op, c.daemon_us_op, c.corosync_us_op
             );
-            ours.hops
-                .map_or(cpu.clone(), |h| format!("{cpu}; {}", hops_why(&h)))
+            let why = ours
+                .hops
+                .map_or(cpu.clone(), |h| format!("{cpu}; {}", hops_why(&h)));
+            match ceiling(t, runs) {
+                Some(c) => format!("{why}; {c}"),
+                None => why,
+            }
         }
     })
+}
+
+/// For a C-compatible rate: what `cpg_ceiling` (one CPG round trip per request and
+/// nothing else) made of the same case, against the same C daemon, on the medians.
+fn ceiling(t: &Target, runs: RunsOf) -> Option<String> {
+    if t.ours != OursCompat {
+        return None;
+    }
+    let top = crate::closed_loop::median(runs(Daemons::CpgCeiling)?.to_vec());
+    let r = worst_ratio(t, &top, runs, |v| {
+        Some(crate::closed_loop::median(v.to_vec()))
+    })?;
+    Some(format!(
+        "the ceiling of any C-compatible daemon (one CPG round trip per request, nothing \
+         else) {r:.2}× {}",
+        name(bases(t.against)[0])
+    ))
 }
 
 /// A request's time in our daemon (of those that never wait for a lock, where there were
@@ -474,5 +497,38 @@ mod tests {
             hops_why(&native),
             "a request that does not wait 19.0 µs in our daemon (10.0 µs device to task), no message per request"
         );
+    }
+
+    #[test]
+    fn a_missed_c_compatible_rate_names_the_ceilings_ratio_when_it_ran() {
+        let t = Target::of(OursCompat, Mode(CDefault), Rate, 1.2);
+        let (ours, c, top) = (rate(105.0), rate(100.0), rate(131.0));
+        let with = |k: Daemons| match k {
+            OursCompat => Some(std::slice::from_ref(&ours)),
+            CDefault => Some(std::slice::from_ref(&c)),
+            Daemons::CpgCeiling => Some(std::slice::from_ref(&top)),
+            _ => None,
+        };
+        let why_with = why(&t, &with).expect("all ran");
+        assert!(
+            why_with.ends_with(
+                "; the ceiling of any C-compatible daemon (one CPG round trip per request, \
+                 nothing else) 1.31× C's default mode"
+            ),
+            "{why_with}"
+        );
+        let without = |k: Daemons| {
+            if k == Daemons::CpgCeiling {
+                None
+            } else {
+                with(k)
+            }
+        };
+        let why_without = why(&t, &without).expect("ours and C ran");
+        assert!(!why_without.contains("ceiling"), "{why_without}");
+        // a native target is never measured against it
+        let native = Target::of(Ours, Mode(CDefault), Rate, 1.2);
+        let of = |k: Daemons| if k == Ours { with(OursCompat) } else { with(k) };
+        assert!(!why(&native, &of).expect("ran").contains("ceiling"));
     }
 }

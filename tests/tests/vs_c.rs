@@ -52,3 +52,37 @@ fn vs_c_prints_its_table_and_judges_the_targets() {
         "{err}"
     );
 }
+
+#[test]
+fn the_ceiling_runs_beside_our_c_compatible_daemon() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vs_c"))
+        .arg("0.5")
+        .env("VS_KINDS", "35")
+        .env("VS_CASES", "3")
+        .env("VS_ROUNDS", "1")
+        .output()
+        .expect("run vs_c");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{err}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("| 1 node, one process alone on its file | ceiling: "))
+        .unwrap_or_else(|| panic!("no row of the ceiling: {text}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let ops: f64 = cells[3].parse().expect("ops/s");
+    assert!(ops > 0.0, "the ceiling answered requests: {row}");
+    assert_eq!(cells[8], "0", "its replies in order: {row}");
+    assert_eq!(cells[10], "—", "no query socket, no probe: {row}");
+    // our C-compatible daemon ran beside it, its replies in order
+    assert!(
+        text.contains(
+            "| 1 node, one process alone on its file | ours, plock_native=0 (C-compatible) |"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("Replies of ours out of per-fsid order: none in 1 run (met)"),
+        "{text}"
+    );
+}

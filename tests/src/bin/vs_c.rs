@@ -151,7 +151,7 @@ fn start(cs: &Corosync, base: &Path, shim: &Path, kind: Kind, n: usize) -> Optio
 fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     let name = format!("b{}", case as u8);
     let fsid = dlm_proto::wire::global_id(&LockspaceName::new(name.as_bytes()).ok()?);
-    if s.daemon.is_some() {
+    if s.kind.is_dlm_controld() {
         if !s.k.announce(&name).ok()? || !s.k.wait_joined(&name, Duration::from_secs(20)) {
             return None;
         }
@@ -159,7 +159,11 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let dpid = s.daemon.as_ref().map_or(0, |d| d.0.id());
-    let hops = (dpid != 0).then(|| Hops::read(&cs.netns, &name)).flatten();
+    let hops = s
+        .kind
+        .is_dlm_controld()
+        .then(|| Hops::read(&cs.netns, &name))
+        .flatten();
     let (d0, c0) = (cpu_ticks(dpid), cpu_ticks(cs.pid()));
     let perf = PerfCounts::start(dpid, secs);
     let perf_cs = PerfCounts::start(if dpid == 0 { 0 } else { cs.pid() }, secs);
@@ -168,8 +172,8 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (d, mut ls) = std::thread::scope(|sc| {
         let prober = s
-            .daemon
-            .is_some()
+            .kind
+            .is_dlm_controld()
             .then(|| sc.spawn(|| probe_queries(&cs.netns, &stop)));
         let d = drive(&s.k, fsid, &script, first, case.procs(), secs);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -236,6 +240,7 @@ fn main() -> ExitCode {
             Kind::COwnership,
             Kind::OursCompat,
             Kind::Ours,
+            Kind::CpgCeiling,
         ],
         std::env::var("VS_KINDS").ok().as_deref(),
     );
