@@ -4,7 +4,9 @@
 //! with one request outstanding (closed loop), on four cases: each process on its own file
 //! (node-local), one file with disjoint ranges, one byte contended with F_SETLKW, and one
 //! process alone on its file (the real-kernel bench's row, one request at a time). A
-//! stand-in daemon that answers every request at once measures the driver itself first. Runs
+//! stand-in daemon that answers every request at once measures the driver itself first, and
+//! `cpg_ceiling` last (one CPG round trip per request and nothing else: what any
+//! C-compatible daemon could reach at most; `VS_KINDS` index 5). Runs
 //! alternate daemon by daemon, twice, so machine drift cancels; each row is the median.
 //! Per case: ops/s, latency p50/p99, CPU per op of the daemon and of corosync, non-blocking
 //! replies out of request order (must be 0), and the ratio to C's default mode.
