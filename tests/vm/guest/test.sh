@@ -52,6 +52,18 @@ PAIRS_MARK=$OUT/pairs_start python3 /host/guest/plocks.py /mnt >$OUT/plocks.txt 
 echo "plocks.py exit $?" >>$OUT/plocks.txt
 [ "$DAEMON" = rust ] && metrics $OUT/metrics.txt
 threads after
+# CEILING=1 on the host: the same pairs answered by plock_answer while the daemon is
+# stopped (one read and one write per request: what no daemon can pass on this guest)
+if [ -f /host/conf/ceiling ]; then
+    main=$(systemctl show -p MainPID --value dlm)
+    kill -STOP "$main"
+    /host/bin/plock_answer /dev/misc/dlm_plock >$OUT/answer.txt 2>&1 &
+    answer=$!
+    # a stuck request (no answerer) waits killably in the kernel
+    timeout -s KILL 60 python3 /host/guest/plocks.py /mnt pairs >$OUT/ceiling.txt 2>&1
+    kill "$answer"
+    kill -CONT "$main"
+fi
 # a uevent burst (every device's change event, twice) during a plock load: the daemon
 # reads past it (ENOBUFS is counted, not fatal) and answers every request
 rm -f /run/uevent-stop
