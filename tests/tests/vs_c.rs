@@ -6,18 +6,25 @@
 
 use std::process::Command;
 
-#[test]
-fn vs_c_prints_its_table_and_judges_the_targets() {
+/// One round of `vs_c` for half a second: the daemons and cases of these `VS_KINDS` and
+/// `VS_CASES` indexes; its table and its log, once it has succeeded.
+fn vs_c(kinds: &str, cases: &str) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vs_c"))
         .arg("0.5")
-        .env("VS_KINDS", "24")
-        .env("VS_CASES", "0")
+        .env("VS_KINDS", kinds)
+        .env("VS_CASES", cases)
         .env("VS_ROUNDS", "1")
         .output()
         .expect("run vs_c");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{text}\n{err}");
+    (text, err)
+}
+
+#[test]
+fn vs_c_prints_its_table_and_judges_the_targets() {
+    let (text, err) = vs_c("24", "0");
     let case = "| 1 node, each process on its own file |";
     for daemon in ["C 4.2.0 plock_ownership=1", "ours (native mode)"] {
         assert!(text.contains(&format!("{case} {daemon} |")), "{text}");
@@ -55,16 +62,7 @@ fn vs_c_prints_its_table_and_judges_the_targets() {
 
 #[test]
 fn the_ceiling_runs_beside_our_c_compatible_daemon() {
-    let out = Command::new(env!("CARGO_BIN_EXE_vs_c"))
-        .arg("0.5")
-        .env("VS_KINDS", "35")
-        .env("VS_CASES", "3")
-        .env("VS_ROUNDS", "1")
-        .output()
-        .expect("run vs_c");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}\n{err}");
+    let (text, _) = vs_c("35", "3");
     let row = text
         .lines()
         .find(|l| l.starts_with("| 1 node, one process alone on its file | ceiling: "))
