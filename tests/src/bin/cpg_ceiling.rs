@@ -101,8 +101,8 @@ fn serve(dev: &OwnedFd, group: &mut CorosyncGroup) -> Result<(), String> {
                 } = ev
                 {
                     if (nodeid, pid) == us {
-                        let info = PlockInfo::decode(&payload[..PLOCK_INFO_SIZE])
-                            .map_err(|e| e.to_string())?;
+                        let record = payload.get(..PLOCK_INFO_SIZE).unwrap_or(&payload);
+                        let info = PlockInfo::decode(record).map_err(|e| e.to_string())?;
                         table.apply(info, &mut replies);
                     }
                 }
@@ -178,23 +178,28 @@ impl Table {
         }
     }
 
-    /// The owner's ranges inside the unlock's, each passed to its oldest waiter.
+    /// The owner's ranges inside the unlock's, each passed to its oldest waiter; a range
+    /// left with neither is forgotten (only those the unlock touched are looked at).
     fn release(&mut self, info: &PlockInfo, out: &mut Vec<PlockInfo>) {
         let from = (info.fsid, info.number, info.start, 0);
         let to = (info.fsid, info.number, info.end, u64::MAX);
-        for ((_, _, _, end), held) in self.ranges.range_mut(from..=to) {
-            if *end > info.end || held.owner != Some(info.owner) {
+        let mut freed = Vec::new();
+        for (key, held) in self.ranges.range_mut(from..=to) {
+            if key.3 > info.end || held.owner != Some(info.owner) {
                 continue;
             }
-            held.owner = None;
-            if let Some(mut w) = held.waiters.pop_front() {
-                held.owner = Some(w.owner);
+            held.owner = held.waiters.pop_front().map(|mut w| {
                 w.rv = 0;
                 out.push(w);
+                w.owner
+            });
+            if held.owner.is_none() {
+                freed.push(*key);
             }
         }
-        self.ranges
-            .retain(|_, h| h.owner.is_some() || !h.waiters.is_empty());
+        for key in freed {
+            self.ranges.remove(&key);
+        }
     }
 }
 

@@ -54,8 +54,9 @@ echo "plocks.py exit $?" >>$OUT/plocks.txt
 threads after
 # CEILING=1 on the host: the same pairs answered by plock_answer while the daemon is
 # stopped (one read and one write per request: what no daemon can pass on this guest)
-if [ -f /host/conf/ceiling ]; then
-    main=$(systemctl show -p MainPID --value dlm)
+main=$(systemctl show -p MainPID --value dlm)
+# (a MainPID of 0, no daemon running, would stop this script's own process group)
+if [ -f /host/conf/ceiling ] && [ "${main:-0}" -gt 0 ]; then
     kill -STOP "$main"
     /host/bin/plock_answer /dev/misc/dlm_plock >$OUT/answer.txt 2>&1 &
     answer=$!
