@@ -14,6 +14,7 @@ fn vs_c(kinds: &str, cases: &str) -> (String, String) {
         .env("VS_KINDS", kinds)
         .env("VS_CASES", cases)
         .env("VS_ROUNDS", "1")
+        .env("VS_PROBE_SECS", "0.5")
         .output()
         .expect("run vs_c");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -72,13 +73,18 @@ fn the_ceiling_runs_beside_our_c_compatible_daemon() {
     assert!(ops > 0.0, "the ceiling answered requests: {row}");
     assert_eq!(cells[8], "0", "its replies in order: {row}");
     assert_eq!(cells[10], "—", "no query socket, no probe: {row}");
-    // our C-compatible daemon ran beside it, its replies in order
-    assert!(
-        text.contains(
-            "| 1 node, one process alone on its file | ours, plock_native=0 (C-compatible) |"
-        ),
-        "{text}"
-    );
+    // our C-compatible daemon ran beside it, its replies in order, its queries probed in
+    // a run of their own
+    let ours = text
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "| 1 node, one process alone on its file | ours, plock_native=0 (C-compatible) |",
+            )
+        })
+        .unwrap_or_else(|| panic!("no row of ours: {text}"));
+    let probed = ours.split('|').map(str::trim).nth(10).unwrap_or_default();
+    assert!(probed.ends_with(" µs") && probed.contains(" / "), "{ours}");
     assert!(
         text.contains("Replies of ours out of per-fsid order: none in 1 run (met)"),
         "{text}"

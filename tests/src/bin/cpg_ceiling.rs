@@ -103,6 +103,7 @@ fn serve(dev: &OwnedFd, group: &mut CorosyncGroup) -> Result<(), String> {
                     if (nodeid, pid) == us {
                         let record = payload.get(..PLOCK_INFO_SIZE).unwrap_or(&payload);
                         let info = PlockInfo::decode(record).map_err(|e| e.to_string())?;
+                        burn();
                         table.apply(info, &mut replies);
                     }
                 }
@@ -124,12 +125,31 @@ fn read_requests(dev: &OwnedFd, group: &mut CorosyncGroup) -> Result<bool, Strin
             Ok(0) => return Ok(false),
             Ok(n) => {
                 let info = PlockInfo::decode(&buf[..n]).map_err(|e| e.to_string())?;
+                burn();
                 let mut msg = [0u8; PLOCK_MSG_SIZE];
                 msg[..PLOCK_INFO_SIZE].copy_from_slice(&info.encode());
                 group.mcast(&msg).map_err(|e| e.to_string())?;
             }
             Err(Errno::EAGAIN) => return Ok(true),
             Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// `CEILING_BURN_US=<µs>`: user time spent on each request at its read and again at its
+/// delivery, for calibration: what a daemon's own work per request costs the rate.
+fn burn() {
+    static US: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let us = *US.get_or_init(|| {
+        std::env::var("CEILING_BURN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if us > 0 {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(us) {
+            std::hint::spin_loop();
         }
     }
 }

@@ -9,7 +9,9 @@
 //! C-compatible daemon could reach at most; `VS_KINDS` index 5). Runs
 //! alternate daemon by daemon, twice, so machine drift cancels; each row is the median.
 //! Per case: ops/s, latency p50/p99, CPU per op of the daemon and of corosync, non-blocking
-//! replies out of request order (must be 0), and the ratio to C's default mode.
+//! replies out of request order (must be 0), and the ratio to C's default mode. The `ls`
+//! query's latency under the same load comes from a second, shorter run of each case with
+//! the query prober (`VS_PROBE_SECS`, 2 s), so the prober's load is in no rate.
 //!
 //! Needs root, corosync and Debian's dlm-controld (`.ci/run` installs them). Results:
 //! docs/BENCHMARKS.md. The three-node cases are `vs_c3`'s.
@@ -27,8 +29,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    BenchCase, Hops, LockUnlock, PerfCounts, Run, alternate, bench_args, chosen, drive, exit_code,
-    pin, pinned, probe_queries, start_daemon_of,
+    BenchCase, Hops, LockUnlock, PerfCounts, Run, Script, alternate, bench_args, chosen, drive,
+    exit_code, pin, pinned, probe_queries, start_daemon_of,
 };
 use dlm_tests::fake_kernel::daemon_end;
 use dlm_tests::targets::{self, Target};
@@ -171,18 +173,7 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     let perf_cs = PerfCounts::start(if dpid == 0 { 0 } else { cs.pid() }, secs);
     let script = LockUnlock(|p, _| case.lock_of(p));
     let first = 100 + 1000 * case as u64;
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let (d, mut ls) = std::thread::scope(|sc| {
-        let prober = s
-            .kind
-            .is_dlm_controld()
-            .then(|| sc.spawn(|| probe_queries(&cs.netns, &stop)));
-        let d = drive(&s.k, fsid, &script, first, case.procs(), secs);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let ls = prober.and_then(|p| p.join().ok()).unwrap_or_default();
-        (d, ls)
-    });
-    let mut d = d?;
+    let mut d = drive(&s.k, fsid, &script, first, case.procs(), secs)?;
     let who = format!("{} / {}", case.label(), s.kind.label());
     let after = hops.and_then(|_| Hops::read(&cs.netns, &name));
     let split = hops.zip(after).map(|(before, after)| after.since(&before));
@@ -201,9 +192,44 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     } else {
         0
     };
+    let mut ls = if s.kind.is_dlm_controld() {
+        probed(cs, s, fsid, &script, first + 500, case.procs())?
+    } else {
+        Vec::new()
+    };
     let mut run = Run::of(&mut d, secs, d1.saturating_sub(d0), coro, &mut ls);
     run.hops = split;
     Some(run)
+}
+
+/// The same load driven again for [`probe_secs`] while the query prober runs: the `ls`
+/// columns' latencies. The rates come from the run before, without it: a query every
+/// 2 ms under `SCHED_FIFO` took up to a quarter of a daemon's rate (ours and C's alike,
+/// the ceiling's not at all, which has no query socket), and a monitor asks far less often.
+fn probed(
+    cs: &Corosync,
+    s: &Setup,
+    fsid: u32,
+    script: &dyn Script,
+    first: u64,
+    procs: u64,
+) -> Option<Vec<Duration>> {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let prober = sc.spawn(|| probe_queries(&cs.netns, &stop));
+        let d = drive(&s.k, fsid, script, first, procs, probe_secs());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let ls = prober.join().ok();
+        d.and(ls)
+    })
+}
+
+/// `VS_PROBE_SECS=<s>`: how long the prober's run lasts (2 s unless said).
+fn probe_secs() -> f64 {
+    std::env::var("VS_PROBE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2.0)
 }
 
 /// `VS_PERF=1`: a process's system calls and context switches per op of the run.
