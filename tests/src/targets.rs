@@ -249,18 +249,21 @@ pub fn why(t: &Target, runs: RunsOf) -> Option<String> {
 }
 
 /// For a C-compatible rate: what `cpg_ceiling` (one CPG round trip per request and
-/// nothing else) made of the same case, against the same C daemon, on the medians.
+/// nothing else) made of the same case, against the same C daemon, and ours against it,
+/// on the medians.
 fn ceiling(t: &Target, runs: RunsOf) -> Option<String> {
     if t.ours != OursCompat {
         return None;
     }
-    let top = crate::closed_loop::median(runs(Daemons::CpgCeiling)?.to_vec());
+    let median = |k: Daemons| Some(crate::closed_loop::median(runs(k)?.to_vec()));
+    let top = median(Daemons::CpgCeiling)?;
     let r = worst_ratio(t, &top, runs, |v| {
         Some(crate::closed_loop::median(v.to_vec()))
     })?;
+    let ours = ratio(Rate, &median(t.ours)?, &top)?;
     Some(format!(
         "the ceiling of any C-compatible daemon (one CPG round trip per request, nothing \
-         else) {r:.2}× {}",
+         else) {r:.2}× {}, ours {ours:.2}× the ceiling",
         name(bases(t.against)[0])
     ))
 }
@@ -513,7 +516,7 @@ mod tests {
         assert!(
             why_with.ends_with(
                 "; the ceiling of any C-compatible daemon (one CPG round trip per request, \
-                 nothing else) 1.31× C's default mode"
+                 nothing else) 1.31× C's default mode, ours 0.80× the ceiling"
             ),
             "{why_with}"
         );

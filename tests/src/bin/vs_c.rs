@@ -29,8 +29,8 @@ use dlm_proto::LockspaceName;
 use dlm_proto::kernel::PlockInfo;
 use dlm_tests::closed_loop::Daemons as Kind;
 use dlm_tests::closed_loop::{
-    BenchCase, Hops, LockUnlock, PerfCounts, Run, Script, alternate, bench_args, chosen, drive,
-    exit_code, pin, pinned, probe_queries, start_daemon_of,
+    BenchCase, Drive, Hops, LockUnlock, PerfCounts, Run, Script, alternate, bench_args, chosen,
+    drive, exit_code, pin, pinned, probe_queries, start_daemon_of,
 };
 use dlm_tests::fake_kernel::daemon_end;
 use dlm_tests::targets::{self, Target};
@@ -192,20 +192,23 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     } else {
         0
     };
-    let mut ls = if s.kind.is_dlm_controld() {
-        probed(cs, s, fsid, &script, first + 500, case.procs())?
-    } else {
-        Vec::new()
-    };
+    let mut ls = Vec::new();
+    if s.kind.is_dlm_controld() {
+        let (again, probes) = probed(cs, s, fsid, &script, first + 500, case.procs())?;
+        // the prober's run is held to the reply order too
+        d.out_of_order += again.out_of_order;
+        ls = probes;
+    }
     let mut run = Run::of(&mut d, secs, d1.saturating_sub(d0), coro, &mut ls);
     run.hops = split;
     Some(run)
 }
 
-/// The same load driven again for [`probe_secs`] while the query prober runs: the `ls`
-/// columns' latencies. The rates come from the run before, without it: a query every
-/// 2 ms under `SCHED_FIFO` took up to a quarter of a daemon's rate (ours and C's alike,
-/// the ceiling's not at all, which has no query socket), and a monitor asks far less often.
+/// The same load driven again for [`probe_secs`] while the query prober runs: that run,
+/// and the `ls` columns' latencies. The rates come from the run before, without it: a
+/// query every 2 ms under `SCHED_FIFO` took up to a quarter of a daemon's rate (ours and
+/// C's alike, the ceiling's not at all, which has no query socket), and a monitor asks far
+/// less often.
 fn probed(
     cs: &Corosync,
     s: &Setup,
@@ -213,14 +216,14 @@ fn probed(
     script: &dyn Script,
     first: u64,
     procs: u64,
-) -> Option<Vec<Duration>> {
+) -> Option<(Drive, Vec<Duration>)> {
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| {
         let prober = sc.spawn(|| probe_queries(&cs.netns, &stop));
         let d = drive(&s.k, fsid, script, first, procs, probe_secs());
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let ls = prober.join().ok();
-        d.and(ls)
+        d.zip(ls)
     })
 }
 
