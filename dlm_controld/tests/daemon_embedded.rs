@@ -553,8 +553,8 @@ fn a_configfs_error_does_not_stop_a_leave() {
 }
 
 /// The daemon's threads: its one thread (the main task, the lockspaces, the plock device),
-/// the log writer, and the local sockets on a thread of their own with its own runtime, so
-/// that no query waits behind plock work.
+/// the log writer, the local sockets on a thread of their own with its own runtime, so
+/// that no query waits behind plock work, and the main loop's tick.
 #[test]
 fn the_local_sockets_have_a_thread_of_their_own() {
     let dir = root("threads");
@@ -573,13 +573,24 @@ fn the_local_sockets_have_a_thread_of_their_own() {
         v
     };
     let deadline = std::time::Instant::now() + T;
-    while !names().contains(&"dlm_clients".to_owned()) && std::time::Instant::now() < deadline {
+    let all_up = || {
+        let n = names();
+        n.contains(&"dlm_clients".to_owned()) && n.contains(&"dlm_tick".to_owned())
+    };
+    while !all_up() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
         names(),
-        ["dlm_clients", "dlm_conns", "dlm_controld", "dlm_log"],
-        "the clients thread and its connections' thread, the daemon's one thread, the log writer"
+        [
+            "dlm_clients",
+            "dlm_conns",
+            "dlm_controld",
+            "dlm_log",
+            "dlm_tick"
+        ],
+        "the clients thread and its connections' thread, the daemon's one thread, the log \
+         writer, the tick"
     );
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);

@@ -69,8 +69,8 @@ struct Sources {
     control: mpsc::UnboundedReceiver<control::ControlCmd>,
     done: mpsc::UnboundedReceiver<String>,
     reader_failed: mpsc::UnboundedReceiver<DaemonError>,
-    tick: tokio::time::Interval,
-    watchdog: Option<tokio::time::Interval>,
+    /// The one-second tick and the watchdog, from their own thread (`ticks.rs`).
+    ticks: mpsc::Receiver<super::ticks::Tick>,
     signals: Signals,
 }
 
@@ -163,10 +163,9 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         control,
         done,
         reader_failed,
-        tick: tokio::time::interval(Duration::from_secs(1)),
         // the watchdog is fed from this loop, the one that reads the kernel and the
         // groups: if it stops turning, systemd hears nothing
-        watchdog: watchdog_interval().map(tokio::time::interval),
+        ticks: super::ticks::spawn(watchdog_interval())?,
         signals: st.signals,
     };
     let daemon = Daemon {
@@ -411,13 +410,14 @@ impl Daemon<'_> {
                 Some(c) = src.control.recv() => self.control(c),
                 Some(name) = src.done.recv() => self.lockspace_done(&name),
                 Some(e) = src.reader_failed.recv() => return Err(e),
-                _ = src.tick.tick() => self.tick()?,
-                _ = async {
-                    match src.watchdog.as_mut() {
-                        Some(w) => w.tick().await,
-                        None => std::future::pending().await,
-                    }
-                } => sd_notify(b"WATCHDOG=1"),
+                t = src.ticks.recv() => match t {
+                    Some(super::ticks::Tick::Second) => self.tick()?,
+                    Some(super::ticks::Tick::Watchdog) => sd_notify(b"WATCHDOG=1"),
+                    None => return Err(DaemonError::Io(
+                        "dlm_tick thread",
+                        io::Error::from(io::ErrorKind::BrokenPipe),
+                    )),
+                },
                 () = src.signals.recv() => self.quit = true,
             }
         }

@@ -19,6 +19,7 @@ mod round_trip;
 mod sched;
 mod spin;
 mod startup;
+mod ticks;
 
 use std::fs::{self, OpenOptions};
 use std::io;
