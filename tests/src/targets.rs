@@ -255,12 +255,10 @@ fn ceiling(t: &Target, runs: RunsOf) -> Option<String> {
     if t.ours != OursCompat {
         return None;
     }
-    let median = |k: Daemons| Some(crate::closed_loop::median(runs(k)?.to_vec()));
-    let top = median(Daemons::CpgCeiling)?;
-    let r = worst_ratio(t, &top, runs, |v| {
-        Some(crate::closed_loop::median(v.to_vec()))
-    })?;
-    let ours = ratio(Rate, &median(t.ours)?, &top)?;
+    let median = |v: &[Run]| crate::closed_loop::median(v.to_vec());
+    let top = median(runs(Daemons::CpgCeiling)?);
+    let r = worst_ratio(t, &top, runs, |v| Some(median(v)))?;
+    let ours = ratio(Rate, &median(runs(t.ours)?), &top)?;
     Some(format!(
         "the ceiling of any C-compatible daemon (one CPG round trip per request, nothing \
          else) {r:.2}× {}, ours {ours:.2}× the ceiling",

@@ -194,7 +194,8 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     };
     let mut ls = Vec::new();
     if s.kind.is_dlm_controld() {
-        let (again, probes) = probed(cs, s, fsid, &script, first + 500, case.procs())?;
+        let owners = first + PROBED_OWNERS;
+        let (again, probes) = probed(cs, s, fsid, &script, owners, case.procs())?;
         // the prober's run is held to the reply order too
         d.out_of_order += again.out_of_order;
         ls = probes;
@@ -203,6 +204,11 @@ fn one_run(cs: &Corosync, s: &Setup, case: Case, secs: f64) -> Option<Run> {
     run.hops = split;
     Some(run)
 }
+
+/// How far the prober's run numbers its processes from the measured run's (that run has
+/// drained every lock, and each case has a lockspace of its own: distinct owners only keep
+/// the two runs apart in the plock log).
+const PROBED_OWNERS: u64 = 500;
 
 /// The same load driven again for [`probe_secs`] while the query prober runs: that run,
 /// and the `ls` columns' latencies. The rates come from the run before, without it: a
