@@ -5,7 +5,9 @@
 # again at the end) or DAEMON=c (Debian's 4.2.0). Runs guest/test.sh and prints
 # its results; exits 0 only if every check passed. TCG emulation (this host's /dev/kvm
 # cannot boot a stock kernel). Build first: build-image.sh. CEILING=1: after plocks.py, its
-# pairs once more against plock_answer (the daemon stopped), the guest's ceiling.
+# pairs once more against plock_answer (the daemon stopped), the guest's ceiling;
+# CEILING=variants: against each of plock_answer's ways of waiting (poll, tokio,
+# tokio-handoff), twice, the cost of the skeleton alone.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 DAEMON=${DAEMON:-rust}
@@ -15,10 +17,11 @@ need=no
 prepare_share "$RUN" $need 1:127.0.0.1
 echo "$DAEMON" >"$RUN/share/conf/daemon1"
 # CEILING=1: after plocks.py, its pairs again against plock_answer (the daemon stopped)
-if [[ ${CEILING:-0} == 1 ]]; then
+if [[ ${CEILING:-0} == 1 || ${CEILING:-0} == variants ]]; then
     (cd "$repo" && cargo build -q --release -p dlm-tests --bin plock_answer)
     cp "$repo/target/release/plock_answer" "$RUN/share/bin/"
     touch "$RUN/share/conf/ceiling"
+    [[ $CEILING == variants ]] && touch "$RUN/share/conf/ceiling_variants"
 fi
 # DLMCONF: more dlm.conf lines (e.g. plock_ownership=1 for Debian's daemon)
 [[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
@@ -27,7 +30,7 @@ start=$SECONDS
 vm "$RUN" 1 ""
 echo "VM ran $((SECONDS - start)) s; results in $RUN/share/out (kept if the run fails, or with KEEP_RUN=1)"
 out=$RUN/share/out
-for f in threads.txt times.txt plocks.txt ceiling.txt uevents.txt rss_kb.txt ls.txt; do
+for f in threads.txt times.txt plocks.txt ceiling.txt ceilings.txt uevents.txt rss_kb.txt ls.txt; do
     [[ -f $out/$f ]] && { echo "--- $f"; cat "$out/$f"; }
 done
 [[ -f $out/dump.txt ]] && echo "--- dump.txt: $(wc -l <"$out/dump.txt") lines"

@@ -1,26 +1,57 @@
-//! `plock_answer DEVICE`: answers every request of a plock device at once — rv 0, nothing
-//! locked; a `poll`, a read and a write per request (the device's read does not block: it
-//! says EAGAIN when no request waits) — for a guest with a real kernel
-//! (`CEILING=1 tests/vm/run-one.sh`). The rate of a process's lock+unlock pairs against it
-//! is what no daemon can pass on that guest: the kernel's work and the process's are all
-//! that is left. Only while the daemon is stopped (its reader would race this one) and only
-//! for a process locking alone (every lock is granted). A close's unlock
-//! (`DLM_PLOCK_FL_CLOSE`) gets no reply, as the kernel expects none.
+//! `plock_answer DEVICE [poll|tokio|tokio-handoff]`: answers every request of a plock device
+//! at once — rv 0, nothing locked — for a guest with a real kernel (`CEILING=1
+//! tests/vm/run-one.sh`). The rate of a process's lock+unlock pairs against it is what no
+//! daemon can pass on that guest: the kernel's work and the process's are all that is left.
+//! Only while the daemon is stopped (its reader would race this one) and only for a process
+//! locking alone (every lock is granted). A close's unlock (`DLM_PLOCK_FL_CLOSE`) gets no
+//! reply, as the kernel expects none.
+//!
+//! How it waits for requests (the device's read does not block: it says EAGAIN when none
+//! waits): `poll` (the default) a `poll`, a read and a write per request, as C's loop;
+//! `tokio` the same reads and writes from a task of a current-thread tokio runtime woken
+//! through its reactor (`epoll`), as our daemon's reader is; `tokio-handoff` that task hands
+//! each request to a second task, which writes the reply, as our reader hands requests to a
+//! lockspace's task. What separates the three is the cost of the skeleton alone
+//! (`CEILING=variants`).
 
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::process::ExitCode;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use dlm_proto::kernel::{PLOCK_INFO_SIZE, PlockInfo};
 
+/// How the answerer waits for requests (see the crate's comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    Poll,
+    Tokio,
+    TokioHandoff,
+}
+
+impl How {
+    fn parse(arg: Option<&str>) -> Option<Self> {
+        match arg {
+            None | Some("poll") => Some(Self::Poll),
+            Some("tokio") => Some(Self::Tokio),
+            Some("tokio-handoff") => Some(Self::TokioHandoff),
+            Some(_) => None,
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    let usage = "usage: plock_answer <plock device> [poll|tokio|tokio-handoff]";
     let Some(path) = std::env::args_os().nth(1) else {
-        eprintln!("usage: plock_answer <plock device>");
+        eprintln!("{usage}");
         return ExitCode::FAILURE;
     };
-    let mut dev = match std::fs::OpenOptions::new()
+    let Some(how) = How::parse(std::env::args().nth(2).as_deref()) else {
+        eprintln!("{usage}");
+        return ExitCode::FAILURE;
+    };
+    let dev = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&path)
@@ -31,36 +62,111 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    match serve(dev, how) {
+        Ok(answered) => {
+            println!("answered {answered}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("plock_answer: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Answers the device's requests until it ends (a read of 0 bytes); how many were answered.
+fn serve(dev: std::fs::File, how: How) -> std::io::Result<u64> {
+    match how {
+        How::Poll => serve_poll(&dev),
+        How::Tokio | How::TokioHandoff => tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?
+            .block_on(serve_tokio(dev.into(), how == How::TokioHandoff)),
+    }
+}
+
+/// C's loop: a read, and on EAGAIN a `poll` with no timeout.
+fn serve_poll(mut dev: &std::fs::File) -> std::io::Result<u64> {
     let mut buf = [0u8; PLOCK_INFO_SIZE];
     let mut answered = 0u64;
     loop {
         let n = match dev.read(&mut buf) {
-            Ok(0) => break,
+            Ok(0) => return Ok(answered),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 let mut fds = [PollFd::new(dev.as_fd(), PollFlags::POLLIN)];
-                if let Err(e) = poll(&mut fds, PollTimeout::NONE) {
-                    eprintln!("plock_answer: poll: {e}");
-                    break;
-                }
+                poll(&mut fds, PollTimeout::NONE)?;
                 continue;
             }
-            Err(e) => {
-                eprintln!("plock_answer: read: {e}");
-                break;
-            }
+            Err(e) => return Err(e),
         };
-        let Some(reply) = answer(&buf[..n]) else {
-            continue;
-        };
-        if let Err(e) = dev.write_all(&reply) {
-            eprintln!("plock_answer: write: {e}");
-            break;
+        if let Some(reply) = answer(&buf[..n]) {
+            dev.write_all(&reply)?;
+            answered += 1;
         }
-        answered += 1;
     }
-    println!("answered {answered}");
-    ExitCode::SUCCESS
+}
+
+/// The device for tokio's reactor: the registration holds the file open.
+struct Fd(std::sync::Arc<std::fs::File>);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// A task woken by tokio's reactor reads until EAGAIN; it writes each reply itself, or
+/// (`handoff`) hands it to a second task, spawned on the runtime, that writes it.
+async fn serve_tokio(dev: std::sync::Arc<std::fs::File>, handoff: bool) -> std::io::Result<u64> {
+    // SAFETY: the AsyncFd owns a clone of the Arc, so the descriptor stays open for as
+    // long as it is registered.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(
+            Fd(dev.clone()),
+            tokio::io::Interest::READABLE,
+        )
+    }?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<[u8; PLOCK_INFO_SIZE]>();
+    let out = dev.clone();
+    let writer = tokio::spawn(async move {
+        let mut written = 0u64;
+        while let Some(reply) = rx.recv().await {
+            (&*out).write_all(&reply)?;
+            written += 1;
+        }
+        Ok::<u64, std::io::Error>(written)
+    });
+    let mut buf = [0u8; PLOCK_INFO_SIZE];
+    let mut answered = 0u64;
+    loop {
+        let mut ready = fd.readable().await?;
+        loop {
+            let n = match (&*dev).read(&mut buf) {
+                Ok(0) => {
+                    // the channel closes: the writer ends once it has written the rest
+                    drop(tx);
+                    let written = writer.await.map_err(std::io::Error::other)??;
+                    return Ok(answered + written);
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    ready.clear_ready();
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(reply) = answer(&buf[..n]) else {
+                continue;
+            };
+            if handoff {
+                tx.send(reply).map_err(std::io::Error::other)?;
+            } else {
+                (&*dev).write_all(&reply)?;
+                answered += 1;
+            }
+        }
+    }
 }
 
 /// The reply to one request: itself with rv 0; none for a close or a malformed record.
@@ -95,5 +201,58 @@ mod tests {
         close.flags = PlockFlags(PlockFlags::CLOSE);
         assert_eq!(answer(&close.encode()), None);
         assert_eq!(answer(&[0u8; 10]), None, "not a record");
+    }
+
+    /// The answerer's end of a SEQPACKET pair stands for the device: a read says EAGAIN
+    /// when nothing waits and 0 once the other end is closed, as the fake kernel's does.
+    #[test]
+    fn each_way_answers_every_request_but_a_close_and_ends_with_the_device() {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+        let step = |op, number| dlm_tests::closed_loop::Step {
+            op,
+            number,
+            start: 0,
+            end: 0,
+            wait: false,
+        };
+        for how in [How::Poll, How::Tokio, How::TokioHandoff] {
+            let (dev, driver) = socketpair(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                None,
+                SockFlag::empty(),
+            )
+            .expect("socketpair");
+            let dev = std::fs::File::from(dev);
+            let flags = nix::fcntl::OFlag::O_NONBLOCK;
+            nix::fcntl::fcntl(&dev, nix::fcntl::FcntlArg::F_SETFL(flags)).expect("nonblocking");
+            let (done, served) = std::sync::mpsc::channel();
+            std::thread::spawn(move || done.send(serve(dev, how)));
+            let mut driver = std::os::unix::net::UnixStream::from(driver);
+            let wait = std::time::Duration::from_secs(10);
+            driver.set_read_timeout(Some(wait)).expect("timeout");
+            let lock = dlm_tests::closed_loop::request(3, 77, step(PlockOp::LOCK, 1));
+            let mut close = dlm_tests::closed_loop::request(3, 77, step(PlockOp::UNLOCK, 1));
+            close.flags = PlockFlags(PlockFlags::CLOSE);
+            let mut unlock = dlm_tests::closed_loop::request(3, 78, step(PlockOp::UNLOCK, 2));
+            unlock.rv = -2;
+            for r in [lock, close, unlock] {
+                driver.write_all(&r.encode()).expect("request");
+            }
+            let mut replies = Vec::new();
+            for _ in 0..2 {
+                let mut buf = [0u8; PLOCK_INFO_SIZE];
+                let n = driver.read(&mut buf).expect("reply");
+                replies.push(PlockInfo::decode(&buf[..n]).expect("decodes"));
+            }
+            assert_eq!(
+                replies,
+                [lock, PlockInfo { rv: 0, ..unlock }],
+                "{how:?}: in order, the close unanswered"
+            );
+            drop(driver);
+            let answered = served.recv_timeout(wait).expect("ended").expect("served");
+            assert_eq!(answered, 2, "{how:?}");
+        }
     }
 }

@@ -58,11 +58,20 @@ main=$(systemctl show -p MainPID --value dlm)
 # (a MainPID of 0, no daemon running, would stop this script's own process group)
 if [ -f /host/conf/ceiling ] && [ "${main:-0}" -gt 0 ]; then
     kill -STOP "$main"
-    /host/bin/plock_answer /dev/misc/dlm_plock >$OUT/answer.txt 2>&1 &
-    answer=$!
-    # a stuck request (no answerer) waits killably in the kernel
-    timeout -s KILL 60 python3 /host/guest/plocks.py /mnt pairs >$OUT/ceiling.txt 2>&1
-    kill "$answer"
+    # CEILING=variants: each way of waiting of plock_answer, twice, into ceilings.txt
+    ways=poll
+    [ -f /host/conf/ceiling_variants ] && ways="poll tokio tokio-handoff poll tokio tokio-handoff"
+    for way in $ways; do
+        /host/bin/plock_answer /dev/misc/dlm_plock $way >$OUT/answer.txt 2>&1 &
+        answer=$!
+        # a stuck request (no answerer) waits killably in the kernel
+        timeout -s KILL 60 python3 /host/guest/plocks.py /mnt pairs >$OUT/ceiling.txt 2>&1
+        # its context switches: how often a reply's process ran before the next read
+        switches=$(awk '/ctxt_switches/ { printf "%s %s ", $1, $2 }' /proc/$answer/status)
+        kill "$answer"
+        wait "$answer" 2>/dev/null
+        echo "$way $(grep pairs_per_s $OUT/ceiling.txt) $switches" >>$OUT/ceilings.txt
+    done
     kill -CONT "$main"
 fi
 # a uevent burst (every device's change event, twice) during a plock load: the daemon
