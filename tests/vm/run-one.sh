@@ -6,8 +6,8 @@
 # its results; exits 0 only if every check passed. TCG emulation (this host's /dev/kvm
 # cannot boot a stock kernel). Build first: build-image.sh. CEILING=1: after plocks.py, its
 # pairs once more against plock_answer (the daemon stopped), the guest's ceiling;
-# CEILING=variants: against each of plock_answer's ways of waiting (poll, tokio,
-# tokio-handoff), twice, the cost of the skeleton alone.
+# CEILING=variants: against each of plock_answer's ways (poll, tokio, tokio-handoff,
+# poll-engine), twice: the cost of the skeleton alone, and of our engine in C's loop.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 DAEMON=${DAEMON:-rust}

@@ -1,4 +1,4 @@
-//! `plock_answer DEVICE [poll|tokio|tokio-handoff]`: answers every request of a plock device
+//! `plock_answer DEVICE [poll|tokio|tokio-handoff|poll-engine]`: answers every request of a plock device
 //! at once — rv 0, nothing locked — for a guest with a real kernel (`CEILING=1
 //! tests/vm/run-one.sh`). The rate of a process's lock+unlock pairs against it is what no
 //! daemon can pass on that guest: the kernel's work and the process's are all that is left.
@@ -11,8 +11,11 @@
 //! `tokio` the same reads and writes from a task of a current-thread tokio runtime woken
 //! through its reactor (`epoll`), as our daemon's reader is; `tokio-handoff` that task hands
 //! each request to a second task, which writes the reply, as our reader hands requests to a
-//! lockspace's task. What separates the three is the cost of the skeleton alone
-//! (`CEILING=variants`).
+//! lockspace's task; `poll-engine` the `poll` loop deciding each request with our plock
+//! engine (`dlm_plock`, one table per fsid, the requests as a one-node lockspace's own) and
+//! writing its replies: what a loop of that shape with our engine in it, and none of the
+//! daemon's bookkeeping, would reach. What separates them is the cost of the skeleton alone
+//! and of the engine (`CEILING=variants`).
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -28,6 +31,7 @@ enum How {
     Poll,
     Tokio,
     TokioHandoff,
+    PollEngine,
 }
 
 impl How {
@@ -36,13 +40,14 @@ impl How {
             None | Some("poll") => Some(Self::Poll),
             Some("tokio") => Some(Self::Tokio),
             Some("tokio-handoff") => Some(Self::TokioHandoff),
+            Some("poll-engine") => Some(Self::PollEngine),
             Some(_) => None,
         }
     }
 }
 
 fn main() -> ExitCode {
-    let usage = "usage: plock_answer <plock device> [poll|tokio|tokio-handoff]";
+    let usage = "usage: plock_answer <plock device> [poll|tokio|tokio-handoff|poll-engine]";
     let Some(path) = std::env::args_os().nth(1) else {
         eprintln!("{usage}");
         return ExitCode::FAILURE;
@@ -77,7 +82,8 @@ fn main() -> ExitCode {
 /// Answers the device's requests until it ends (a read of 0 bytes); how many were answered.
 fn serve(dev: std::fs::File, how: How) -> std::io::Result<u64> {
     match how {
-        How::Poll => serve_poll(&dev),
+        How::Poll => serve_poll(&dev, &mut Answer::Granted),
+        How::PollEngine => serve_poll(&dev, &mut Answer::Engine(Tables::default())),
         How::Tokio | How::TokioHandoff => tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()?
@@ -86,8 +92,9 @@ fn serve(dev: std::fs::File, how: How) -> std::io::Result<u64> {
 }
 
 /// C's loop: a read, and on EAGAIN a `poll` with no timeout.
-fn serve_poll(mut dev: &std::fs::File) -> std::io::Result<u64> {
+fn serve_poll(mut dev: &std::fs::File, how: &mut Answer) -> std::io::Result<u64> {
     let mut buf = [0u8; PLOCK_INFO_SIZE];
+    let mut replies = Vec::new();
     let mut answered = 0u64;
     loop {
         let n = match dev.read(&mut buf) {
@@ -100,12 +107,51 @@ fn serve_poll(mut dev: &std::fs::File) -> std::io::Result<u64> {
             }
             Err(e) => return Err(e),
         };
-        if let Some(reply) = answer(&buf[..n]) {
+        how.replies(&buf[..n], &mut replies);
+        for reply in replies.drain(..) {
             dev.write_all(&reply)?;
             answered += 1;
         }
     }
 }
+
+/// How a request is answered: granted as it is, or decided by our engine.
+enum Answer {
+    Granted,
+    Engine(Tables),
+}
+
+/// The engine's tables, one per fsid, with this node as node 1 (`nodeid` of each request).
+#[derive(Default)]
+struct Tables(
+    std::collections::BTreeMap<u32, dlm_plock::Lockspace>,
+    Vec<dlm_plock::Reply>,
+);
+
+impl Answer {
+    /// The replies to one record, in order, into `out`.
+    fn replies(&mut self, record: &[u8], out: &mut Vec<[u8; PLOCK_INFO_SIZE]>) {
+        let Self::Engine(Tables(tables, decided)) = self else {
+            out.extend(answer(record));
+            return;
+        };
+        let Ok(mut info) = PlockInfo::decode(record) else {
+            return;
+        };
+        info.nodeid = 1;
+        let now_ms = u64::try_from(EPOCH.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let table = tables
+            .entry(info.fsid)
+            .or_insert_with(|| dlm_plock::Lockspace::new(1, info.fsid, 0));
+        // a request that names node 1 from node 1 is never refused
+        let _ = table.apply(now_ms, 1, &info, decided);
+        out.extend(decided.drain(..).map(|r| r.info.encode()));
+    }
+}
+
+/// The engine's clock starts with the process.
+static EPOCH: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
 
 /// The device for tokio's reactor: the registration holds the file open.
 struct Fd(std::sync::Arc<std::fs::File>);
@@ -186,73 +232,92 @@ mod tests {
 
     #[test]
     fn every_request_but_a_close_is_answered_with_rv_0() {
-        let step = |op| dlm_tests::closed_loop::Step {
-            op,
-            number: 9,
-            start: 0,
-            end: 0,
+        let waiting = |op| dlm_tests::closed_loop::Step {
             wait: true,
+            ..step(op, 9)
         };
-        let mut lock = dlm_tests::closed_loop::request(3, 77, step(PlockOp::LOCK));
+        let mut lock = dlm_tests::closed_loop::request(3, 77, waiting(PlockOp::LOCK));
         lock.rv = -11;
         let reply = PlockInfo::decode(&answer(&lock.encode()).expect("answered")).expect("decodes");
         assert_eq!(reply, PlockInfo { rv: 0, ..lock });
-        let mut close = dlm_tests::closed_loop::request(3, 77, step(PlockOp::UNLOCK));
+        let mut close = dlm_tests::closed_loop::request(3, 77, waiting(PlockOp::UNLOCK));
         close.flags = PlockFlags(PlockFlags::CLOSE);
         assert_eq!(answer(&close.encode()), None);
         assert_eq!(answer(&[0u8; 10]), None, "not a record");
     }
 
-    /// The answerer's end of a SEQPACKET pair stands for the device: a read says EAGAIN
-    /// when nothing waits and 0 once the other end is closed, as the fake kernel's does.
-    #[test]
-    fn each_way_answers_every_request_but_a_close_and_ends_with_the_device() {
-        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
-        let step = |op, number| dlm_tests::closed_loop::Step {
+    fn step(op: PlockOp, number: u64) -> dlm_tests::closed_loop::Step {
+        dlm_tests::closed_loop::Step {
             op,
             number,
             start: 0,
             end: 0,
             wait: false,
-        };
-        for how in [How::Poll, How::Tokio, How::TokioHandoff] {
-            let (dev, driver) = socketpair(
-                AddressFamily::Unix,
-                SockType::SeqPacket,
-                None,
-                SockFlag::empty(),
-            )
-            .expect("socketpair");
-            let dev = std::fs::File::from(dev);
-            let flags = nix::fcntl::OFlag::O_NONBLOCK;
-            nix::fcntl::fcntl(&dev, nix::fcntl::FcntlArg::F_SETFL(flags)).expect("nonblocking");
-            let (done, served) = std::sync::mpsc::channel();
-            std::thread::spawn(move || done.send(serve(dev, how)));
-            let mut driver = std::os::unix::net::UnixStream::from(driver);
-            let wait = std::time::Duration::from_secs(10);
-            driver.set_read_timeout(Some(wait)).expect("timeout");
-            let lock = dlm_tests::closed_loop::request(3, 77, step(PlockOp::LOCK, 1));
-            let mut close = dlm_tests::closed_loop::request(3, 77, step(PlockOp::UNLOCK, 1));
-            close.flags = PlockFlags(PlockFlags::CLOSE);
-            let mut unlock = dlm_tests::closed_loop::request(3, 78, step(PlockOp::UNLOCK, 2));
-            unlock.rv = -2;
-            for r in [lock, close, unlock] {
-                driver.write_all(&r.encode()).expect("request");
-            }
-            let mut replies = Vec::new();
-            for _ in 0..2 {
-                let mut buf = [0u8; PLOCK_INFO_SIZE];
-                let n = driver.read(&mut buf).expect("reply");
-                replies.push(PlockInfo::decode(&buf[..n]).expect("decodes"));
-            }
-            assert_eq!(
-                replies,
-                [lock, PlockInfo { rv: 0, ..unlock }],
-                "{how:?}: in order, the close unanswered"
-            );
-            drop(driver);
-            let answered = served.recv_timeout(wait).expect("ended").expect("served");
+        }
+    }
+
+    /// The answerer's end of a SEQPACKET pair stands for the device: a read says EAGAIN
+    /// when nothing waits and 0 once the other end is closed, as the fake kernel's does.
+    /// Sends `requests`, reads `replies` replies, closes the device and returns the replies
+    /// and the answerer's count.
+    fn exchange(how: How, requests: &[PlockInfo], replies: usize) -> (Vec<PlockInfo>, u64) {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+        let (dev, driver) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::empty(),
+        )
+        .expect("socketpair");
+        let dev = std::fs::File::from(dev);
+        let flags = nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(&dev, nix::fcntl::FcntlArg::F_SETFL(flags)).expect("nonblocking");
+        let (done, served) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(serve(dev, how)));
+        let mut driver = std::os::unix::net::UnixStream::from(driver);
+        let wait = std::time::Duration::from_secs(10);
+        driver.set_read_timeout(Some(wait)).expect("timeout");
+        for r in requests {
+            driver.write_all(&r.encode()).expect("request");
+        }
+        let mut got = Vec::new();
+        for _ in 0..replies {
+            let mut buf = [0u8; PLOCK_INFO_SIZE];
+            let n = driver.read(&mut buf).expect("reply");
+            got.push(PlockInfo::decode(&buf[..n]).expect("decodes"));
+        }
+        drop(driver);
+        let answered = served.recv_timeout(wait).expect("ended").expect("served");
+        (got, answered)
+    }
+
+    #[test]
+    fn each_way_answers_every_request_but_a_close_and_ends_with_the_device() {
+        let lock = dlm_tests::closed_loop::request(3, 77, step(PlockOp::LOCK, 1));
+        let mut close = dlm_tests::closed_loop::request(3, 77, step(PlockOp::UNLOCK, 1));
+        close.flags = PlockFlags(PlockFlags::CLOSE);
+        let mut unlock = dlm_tests::closed_loop::request(3, 78, step(PlockOp::UNLOCK, 2));
+        unlock.rv = -2;
+        for how in [How::Poll, How::Tokio, How::TokioHandoff, How::PollEngine] {
+            let (replies, answered) = exchange(how, &[lock, close, unlock], 2);
+            // the engine's replies name this node, as the daemon's do
+            let nodeid = if how == How::PollEngine { 1 } else { 0 };
+            let expected = [lock, unlock].map(|r| PlockInfo { rv: 0, nodeid, ..r });
+            assert_eq!(replies, expected, "{how:?}: in order, the close unanswered");
             assert_eq!(answered, 2, "{how:?}");
         }
+    }
+
+    #[test]
+    fn the_engine_refuses_a_conflict_that_granting_lets_through() {
+        let first = dlm_tests::closed_loop::request(3, 80, step(PlockOp::LOCK, 5));
+        let second = dlm_tests::closed_loop::request(3, 81, step(PlockOp::LOCK, 5));
+        let (engine, _) = exchange(How::PollEngine, &[first, second], 2);
+        assert_eq!(
+            engine.iter().map(|r| r.rv).collect::<Vec<_>>(),
+            [0, -dlm_proto::errno::EAGAIN]
+        );
+        let (granted, _) = exchange(How::Poll, &[first, second], 2);
+        assert_eq!(granted.iter().map(|r| r.rv).collect::<Vec<_>>(), [0, 0]);
     }
 }

@@ -58,9 +58,9 @@ main=$(systemctl show -p MainPID --value dlm)
 # (a MainPID of 0, no daemon running, would stop this script's own process group)
 if [ -f /host/conf/ceiling ] && [ "${main:-0}" -gt 0 ]; then
     kill -STOP "$main"
-    # CEILING=variants: each way of waiting of plock_answer, twice, into ceilings.txt
+    # CEILING=variants: each way of plock_answer, twice, into ceilings.txt
     ways=poll
-    [ -f /host/conf/ceiling_variants ] && ways="poll tokio tokio-handoff poll tokio tokio-handoff"
+    [ -f /host/conf/ceiling_variants ] && ways="poll tokio tokio-handoff poll-engine poll tokio tokio-handoff poll-engine"
     for way in $ways; do
         /host/bin/plock_answer /dev/misc/dlm_plock $way >$OUT/answer.txt 2>&1 &
         answer=$!
