@@ -83,7 +83,7 @@ fn main() -> ExitCode {
 fn serve(dev: std::fs::File, how: How) -> std::io::Result<u64> {
     match how {
         How::Poll => serve_poll(&dev, &mut Answer::Granted),
-        How::PollEngine => serve_poll(&dev, &mut Answer::Engine(Tables::default())),
+        How::PollEngine => serve_poll(&dev, &mut Answer::Engine(Engine::new())),
         How::Tokio | How::TokioHandoff => tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()?
@@ -118,40 +118,53 @@ fn serve_poll(mut dev: &std::fs::File, how: &mut Answer) -> std::io::Result<u64>
 /// How a request is answered: granted as it is, or decided by our engine.
 enum Answer {
     Granted,
-    Engine(Tables),
+    Engine(Engine),
 }
 
-/// The engine's tables, one per fsid, with this node as node 1 (`nodeid` of each request).
-#[derive(Default)]
-struct Tables(
-    std::collections::BTreeMap<u32, dlm_plock::Lockspace>,
-    Vec<dlm_plock::Reply>,
-);
+/// Our plock engine's tables, one per fsid, with this node as node 1 (the `nodeid` each
+/// request is given, as the daemon gives its own).
+struct Engine {
+    /// The engine's clock starts with the answerer.
+    start: std::time::Instant,
+    tables: std::collections::BTreeMap<u32, dlm_plock::Lockspace>,
+    /// The engine's replies to one request, kept for the next.
+    decided: Vec<dlm_plock::Reply>,
+}
 
 impl Answer {
     /// The replies to one record, in order, into `out`.
     fn replies(&mut self, record: &[u8], out: &mut Vec<[u8; PLOCK_INFO_SIZE]>) {
-        let Self::Engine(Tables(tables, decided)) = self else {
-            out.extend(answer(record));
-            return;
-        };
+        match self {
+            Self::Granted => out.extend(answer(record)),
+            Self::Engine(e) => e.decide(record, out),
+        }
+    }
+}
+
+impl Engine {
+    fn new() -> Self {
+        Self {
+            start: std::time::Instant::now(),
+            tables: std::collections::BTreeMap::new(),
+            decided: Vec::new(),
+        }
+    }
+
+    fn decide(&mut self, record: &[u8], out: &mut Vec<[u8; PLOCK_INFO_SIZE]>) {
         let Ok(mut info) = PlockInfo::decode(record) else {
             return;
         };
         info.nodeid = 1;
-        let now_ms = u64::try_from(EPOCH.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let table = tables
+        let now_ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let table = self
+            .tables
             .entry(info.fsid)
             .or_insert_with(|| dlm_plock::Lockspace::new(1, info.fsid, 0));
         // a request that names node 1 from node 1 is never refused
-        let _ = table.apply(now_ms, 1, &info, decided);
-        out.extend(decided.drain(..).map(|r| r.info.encode()));
+        let _ = table.apply(now_ms, 1, &info, &mut self.decided);
+        out.extend(self.decided.drain(..).map(|r| r.info.encode()));
     }
 }
-
-/// The engine's clock starts with the process.
-static EPOCH: std::sync::LazyLock<std::time::Instant> =
-    std::sync::LazyLock::new(std::time::Instant::now);
 
 /// The device for tokio's reactor: the registration holds the file open.
 struct Fd(std::sync::Arc<std::fs::File>);
@@ -173,15 +186,19 @@ async fn serve_tokio(dev: std::sync::Arc<std::fs::File>, handoff: bool) -> std::
             tokio::io::Interest::READABLE,
         )
     }?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<[u8; PLOCK_INFO_SIZE]>();
-    let out = dev.clone();
-    let writer = tokio::spawn(async move {
-        let mut written = 0u64;
-        while let Some(reply) = rx.recv().await {
-            (&*out).write_all(&reply)?;
-            written += 1;
-        }
-        Ok::<u64, std::io::Error>(written)
+    // the writer task and its channel, when the reader hands off
+    let writer = handoff.then(|| {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<[u8; PLOCK_INFO_SIZE]>();
+        let out = dev.clone();
+        let task = tokio::spawn(async move {
+            let mut written = 0u64;
+            while let Some(reply) = rx.recv().await {
+                (&*out).write_all(&reply)?;
+                written += 1;
+            }
+            Ok::<u64, std::io::Error>(written)
+        });
+        (tx, task)
     });
     let mut buf = [0u8; PLOCK_INFO_SIZE];
     let mut answered = 0u64;
@@ -190,9 +207,12 @@ async fn serve_tokio(dev: std::sync::Arc<std::fs::File>, handoff: bool) -> std::
         loop {
             let n = match (&*dev).read(&mut buf) {
                 Ok(0) => {
+                    let Some((tx, task)) = writer else {
+                        return Ok(answered);
+                    };
                     // the channel closes: the writer ends once it has written the rest
                     drop(tx);
-                    let written = writer.await.map_err(std::io::Error::other)??;
+                    let written = task.await.map_err(std::io::Error::other)??;
                     return Ok(answered + written);
                 }
                 Ok(n) => n,
@@ -205,11 +225,12 @@ async fn serve_tokio(dev: std::sync::Arc<std::fs::File>, handoff: bool) -> std::
             let Some(reply) = answer(&buf[..n]) else {
                 continue;
             };
-            if handoff {
-                tx.send(reply).map_err(std::io::Error::other)?;
-            } else {
-                (&*dev).write_all(&reply)?;
-                answered += 1;
+            match &writer {
+                Some((tx, _)) => tx.send(reply).map_err(std::io::Error::other)?,
+                None => {
+                    (&*dev).write_all(&reply)?;
+                    answered += 1;
+                }
             }
         }
     }
