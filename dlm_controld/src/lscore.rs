@@ -475,8 +475,8 @@ impl LsCore {
     /// `deliver_cb`: validated as C does (sender, negotiated major.minor); anything else is
     /// dropped.
     /// `_receive_plock`'s log line, on every node, in delivery order, before any check (as
-    /// C): a PLOCK, or each request of a NATIVE batch (a decision of ours was logged when
-    /// we made it; another owner's reach us as STATEs, not requests).
+    /// C): a PLOCK, or each request of a NATIVE batch (a decision of ours has its read line
+    /// alone, as C's owner's; another owner's reach us as STATEs, not requests).
     fn log_receive(&self, now: u64, body: &Body<'_>) {
         let line = crate::log::PlockLine::Receive;
         match body {

@@ -560,6 +560,9 @@ fn real_dlm_tool_reads_our_daemon() {
         pl.contains(" foo read plock 4d LK WR 0-9 1/4242/abc w 0\n"),
         "{pl}"
     );
+    // decided here (a native lockspace of one member): never delivered, so no receive
+    // line, as C's ownership mode logs a request its owner applies
+    assert!(!pl.contains(" foo receive plock 4d "), "{pl}");
     assert!(
         !dump.contains("read plock"),
         "plock lines stay out of the debug buffer"

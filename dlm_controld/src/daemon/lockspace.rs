@@ -495,15 +495,10 @@ impl Shell {
                 let secs = now.saturating_duration_since(t0).as_secs_f64();
                 self.metrics.handoff.observe(secs);
                 self.take(&info, t0);
-                let local = self.core.native_stats().local;
                 let mut a = std::mem::take(&mut self.actions);
-                let now_ms = crate::clock::ms_at(now);
-                self.core.request(now_ms, &info, &mut a);
-                if self.core.native_stats().local != local {
-                    // decided here: its _receive_plock line, as if delivered
-                    let line = crate::log::PlockLine::Receive;
-                    crate::log::plock_op(now_ms / 1000, &self.text, line, &info);
-                }
+                // a request decided here logs its `read plock` line alone, as C's ownership
+                // mode logs one its owner applies (process_plocks): no delivery, no receive
+                self.core.request(crate::clock::ms_at(now), &info, &mut a);
                 self.perform(a);
                 // the request moved from the queue into our share at once: the device's
                 // reader must never see it in neither (it would read past the bound)
