@@ -23,7 +23,7 @@ pub enum LsCommand {
     /// The kernel released the lockspace (`offline@`).
     Leave,
     /// A plock request read from the kernel (nodeid already ours), and when.
-    Plock(PlockInfo, std::time::Instant),
+    Plock(PlockInfo, crate::clock::Stamp),
     /// A query: the lockspace's state for `dlm_tool ls`.
     Query(tokio::sync::oneshot::Sender<LsReport>),
     /// A query: the next portion of a plock dump (`None`: a new one, with ages or not).
@@ -208,7 +208,7 @@ struct Shell {
     /// For each of those replies to a request of ours: when the request was read, which
     /// histogram takes it, and whether it was a blocking lock granted (its wait counted
     /// too). Observed once the replies are written, with one clock read.
-    answered: Vec<(std::time::Instant, bool, bool)>,
+    answered: Vec<(crate::clock::Stamp, bool, bool)>,
     /// Plock dumps waiting for every owner's decisions ([`Action::Fresh`]): with ages or
     /// not, and where the first portion goes.
     fresh_dumps: Vec<(bool, tokio::sync::oneshot::Sender<DumpJob>)>,
@@ -228,7 +228,7 @@ struct Shell {
     /// The core's generation of the report last published.
     published: Option<u64>,
     /// Our messages in flight, for the round trip through corosync.
-    round_trips: super::round_trip::RoundTrips<std::time::Instant>,
+    round_trips: super::round_trip::RoundTrips<crate::clock::Stamp>,
     /// This process's id, which the group's deliveries of our messages carry (read once:
     /// `getpid` is a system call).
     pid: u32,
@@ -294,7 +294,7 @@ impl Shell {
                     self.group.enqueue(bytes)
                 };
                 match r {
-                    Ok(()) => self.round_trips.sent(std::time::Instant::now()),
+                    Ok(()) => self.round_trips.sent(crate::clock::Stamp::now()),
                     Err(e) => tracing::error!("multicast: {e}"),
                 }
                 Ok(())
@@ -395,9 +395,9 @@ impl Shell {
         }
         self.replies.clear();
         // each answered request's time from read to reply written
-        let written = std::time::Instant::now();
+        let written = crate::clock::Stamp::now();
         for (t0, wait, granted) in self.answered.drain(..) {
-            let secs = written.saturating_duration_since(t0).as_secs_f64();
+            let secs = written.secs_since(t0);
             self.metrics.seconds[usize::from(wait)].observe(secs);
             if granted {
                 self.metrics.waited[0].observe(secs);
@@ -414,12 +414,12 @@ impl Shell {
     /// answered: a cancelled waiter, and an owner's waiters when it closes the file.
     /// A request taken from the command queue: it leaves the daemon's backlog (the main
     /// task counted it in when it queued it) and is tracked until its reply.
-    fn take(&mut self, info: &PlockInfo, t0: std::time::Instant) {
+    fn take(&mut self, info: &PlockInfo, t0: crate::clock::Stamp) {
         crate::metrics::get().plock_backlog.dec();
         self.track(info, t0);
     }
 
-    fn track(&mut self, info: &PlockInfo, t0: std::time::Instant) {
+    fn track(&mut self, info: &PlockInfo, t0: crate::clock::Stamp) {
         use dlm_proto::kernel::PlockOp;
         self.metrics.requests[crate::metrics::op_index(info.op)].inc();
         if info.flags.close() {
@@ -428,7 +428,7 @@ impl Shell {
         }
         if info.op == PlockOp::CANCEL {
             if let Some(t0) = self.pending.cancelled(info) {
-                self.metrics.waited[1].observe(t0.elapsed().as_secs_f64());
+                self.metrics.waited[1].observe(crate::clock::Stamp::now().secs_since(t0));
             }
         }
         self.pending.insert(t0, *info);
@@ -491,14 +491,13 @@ impl Shell {
             }
             LsCommand::Plock(info, t0) => {
                 // one clock read: the hand-off's time and the core's
-                let now = std::time::Instant::now();
-                let secs = now.saturating_duration_since(t0).as_secs_f64();
-                self.metrics.handoff.observe(secs);
+                let now = crate::clock::Stamp::now();
+                self.metrics.handoff.observe(now.secs_since(t0));
                 self.take(&info, t0);
                 let mut a = std::mem::take(&mut self.actions);
                 // a request decided here logs its `read plock` line alone, as C's ownership
                 // mode logs one its owner applies (process_plocks): no delivery, no receive
-                self.core.request(crate::clock::ms_at(now), &info, &mut a);
+                self.core.request(now.ms(), &info, &mut a);
                 self.perform(a);
                 // the request moved from the queue into our share at once: the device's
                 // reader must never see it in neither (it would read past the bound)
@@ -613,7 +612,9 @@ impl Shell {
             self.metrics.received.inc();
             if nodeid == self.ctx.our && pid == self.pid {
                 if let Some(t) = self.round_trips.delivered() {
-                    self.metrics.round_trip.observe(t.elapsed().as_secs_f64());
+                    self.metrics
+                        .round_trip
+                        .observe(crate::clock::Stamp::now().secs_since(t));
                 }
             }
         }

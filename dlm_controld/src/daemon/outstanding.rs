@@ -7,9 +7,9 @@
 //! have one request each outstanding, and a tree of one entry allocated and freed a node
 //! for every request (a tenth of the daemon's instructions per request).
 
+use crate::clock::Stamp;
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Instant;
 
 use dlm_proto::kernel::{PlockInfo, PlockOp};
 
@@ -35,7 +35,7 @@ const SHORT: usize = 8;
 #[derive(Debug, Default)]
 pub(crate) struct Outstanding {
     /// In the order read, searched in that order.
-    short: Vec<(Key, Instant, PlockInfo)>,
+    short: Vec<(Key, Stamp, PlockInfo)>,
     requests: BTreeMap<Key, Same>,
 }
 
@@ -43,13 +43,13 @@ pub(crate) struct Outstanding {
 /// the same) those after it, in order.
 #[derive(Debug)]
 struct Same {
-    first: (Instant, PlockInfo),
-    more: VecDeque<(Instant, PlockInfo)>,
+    first: (Stamp, PlockInfo),
+    more: VecDeque<(Stamp, PlockInfo)>,
 }
 
 impl Outstanding {
     /// A request read at `t0` now waits for its reply.
-    pub(crate) fn insert(&mut self, t0: Instant, info: PlockInfo) {
+    pub(crate) fn insert(&mut self, t0: Stamp, info: PlockInfo) {
         let key = key_of(&info);
         if self.short.len() < SHORT && !self.requests.contains_key(&key) {
             self.short.push((key, t0, info));
@@ -67,13 +67,13 @@ impl Outstanding {
     }
 
     /// The oldest request `reply` answers, gone from here: when it was read.
-    pub(crate) fn answered(&mut self, reply: &PlockInfo) -> Option<Instant> {
+    pub(crate) fn answered(&mut self, reply: &PlockInfo) -> Option<Stamp> {
         self.take_oldest(key_of(reply)).map(|(t0, _)| t0)
     }
 
     /// A CANCEL of a waiter: the LOCK it names is answered by no reply. When that LOCK
     /// was read, if it was still waiting here.
-    pub(crate) fn cancelled(&mut self, cancel: &PlockInfo) -> Option<Instant> {
+    pub(crate) fn cancelled(&mut self, cancel: &PlockInfo) -> Option<Stamp> {
         let waiter = PlockInfo {
             op: PlockOp::LOCK,
             wait: true,
@@ -105,7 +105,7 @@ impl Outstanding {
     }
 
     /// A look through the short list, else one search of the tree, per request answered.
-    fn take_oldest(&mut self, key: Key) -> Option<(Instant, PlockInfo)> {
+    fn take_oldest(&mut self, key: Key) -> Option<(Stamp, PlockInfo)> {
         if let Some(i) = self.short.iter().position(|(k, ..)| *k == key) {
             let (_, t0, info) = self.short.remove(i);
             return Some((t0, info));
@@ -146,7 +146,7 @@ mod tests {
     #[test]
     fn identical_requests_are_answered_oldest_first() {
         let mut o = Outstanding::default();
-        let t = Instant::now();
+        let t = Stamp::now();
         let later = t + std::time::Duration::from_millis(5);
         o.insert(t, lock(1, 0, false));
         o.insert(later, lock(1, 0, false));
@@ -167,7 +167,7 @@ mod tests {
             op: PlockOp::GET,
             ..lock(1, 0, false)
         };
-        o.insert(Instant::now(), get);
+        o.insert(Stamp::now(), get);
         // the reply names the conflicting lock: another range and pid
         let reply = PlockInfo {
             start: 100,
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn a_cancel_takes_its_waiter_and_a_close_its_owners_requests() {
         let mut o = Outstanding::default();
-        let t = Instant::now();
+        let t = Stamp::now();
         o.insert(t, lock(1, 0, true));
         o.insert(t, lock(1, 20, false));
         o.insert(t, lock(3, 0, false));
@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn identical_requests_stay_oldest_first_across_the_list_and_the_tree() {
         let mut o = Outstanding::default();
-        let t = Instant::now();
+        let t = Stamp::now();
         let at = |n: u64| t + std::time::Duration::from_millis(n);
         // the list full of other owners' requests, then owner 1's first goes to the tree
         for owner in 10..10 + SHORT as u64 {

@@ -454,8 +454,8 @@ fn read_plocks(
     loop {
         // one clock read per read: the gate, the plock log's lines and the requests'
         // latency
-        let t0 = std::time::Instant::now();
-        let now_ms = crate::clock::ms_at(t0);
+        let t0 = crate::clock::Stamp::now();
+        let now_ms = t0.ms();
         let room = gate.admit(ctx.limit, now_ms, dev.records_per_call());
         if room == 0 {
             return Ok(total);
@@ -492,7 +492,7 @@ fn read_plocks(
 fn plock_requests(
     batch: &Records,
     now_ms: u64,
-    t0: std::time::Instant,
+    t0: crate::clock::Stamp,
     ctx: &mut ReadCtx<'_>,
     device: &MiscDevice,
 ) {
@@ -506,7 +506,7 @@ fn plock_requests(
 fn plock_request(
     bytes: &[u8],
     now_ms: u64,
-    t0: std::time::Instant,
+    t0: crate::clock::Stamp,
     ctx: &mut ReadCtx<'_>,
     device: &MiscDevice,
 ) {

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 /// Stamps kept at most: beyond, messages go unobserved until the queue drains.
 pub(crate) const STAMPS_MAX: usize = 1024;
 
-/// Our messages in flight, numbered, with the stamp of those observed (`T`: an `Instant`
+/// Our messages in flight, numbered, with the stamp of those observed (`T`: a `Stamp`
 /// in the daemon, a number in tests).
 #[derive(Debug)]
 pub(crate) struct RoundTrips<T> {
