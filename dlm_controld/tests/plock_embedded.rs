@@ -519,7 +519,7 @@ fn a_waiter_is_answered_when_its_lockspace_ends() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Log output that blocks (stderr a pipe nobody reads, with `-D -P` two lines per request)
+/// Log output that blocks (stderr a pipe nobody reads, with `-D -P` a line per request)
 /// stalls no plock request: lines for syslog, the log file and stderr are written by a
 /// thread of their own, never under the lock the plock path takes, and are dropped and
 /// counted when it falls behind. It used to stop answering once the pipe was full.
@@ -544,8 +544,9 @@ fn a_blocked_log_sink_stalls_no_plock_request() {
     assert!(k.announce("foo").expect("announce"));
     assert!(k.wait_joined("foo", T));
     let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
-    // more lines than the writer's queue (8192) and the pipe hold together
-    for i in 0..6_000u64 {
+    // more lines than the writer's queue (8192) and the pipe hold together (a request
+    // decided here logs its read line alone)
+    for i in 0..12_000u64 {
         let start = 10 * i;
         k.send_plock(&req(PlockOp::LOCK, 1, true, false, start, start + 1, fsid))
             .expect("send");

@@ -134,15 +134,22 @@ impl ClusterGroup {
         }
     }
 
-    /// The next event, waiting for corosync (the embedded group never produces events by
-    /// itself, so this waits forever there).
+    /// The next event, waiting for corosync (forever on the embedded group).
     pub(crate) async fn next_event(&mut self) -> Result<Event, CpgError> {
+        std::future::poll_fn(|cx| self.poll_next_event(cx)).await
+    }
+
+    /// The next event as a poll, the task woken when corosync has one (the embedded group
+    /// never produces events by itself, so it stays pending there).
+    pub(crate) fn poll_next_event(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Event, CpgError>> {
         match self {
-            Self::Embedded(g) => match g.poll_event() {
-                Some(e) => Ok(e),
-                None => std::future::pending().await,
-            },
-            Self::Corosync(g) => g.next_event().await,
+            Self::Embedded(g) => g
+                .poll_event()
+                .map_or(std::task::Poll::Pending, |e| std::task::Poll::Ready(Ok(e))),
+            Self::Corosync(g) => g.poll_next_event(cx),
         }
     }
 }

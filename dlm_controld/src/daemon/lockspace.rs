@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::LsContext;
 use super::cluster::{ClusterGroup, Flush};
+pub(crate) use super::direct::Direct;
 use crate::config::LockspaceConf;
 use crate::kernel::SeamError;
 use crate::lscore::{Action, LsCore, LsEnv, LsReport};
@@ -30,6 +31,9 @@ pub enum LsCommand {
     DumpPlocks(Option<DumpJob>, bool, tokio::sync::oneshot::Sender<DumpJob>),
     /// `plock_locks_max` changed (`reload_config`; 0: no bound).
     SetLocksMax(usize),
+    /// The plock device's reader performed requests in place ([`super::direct`]) and left
+    /// the task something its turn waits for: a sync armed, messages queued.
+    Wake,
 }
 
 /// A seed no local user can know: std's per-process random hash keys (drawn from the OS),
@@ -124,7 +128,7 @@ const EVENTS_PER_TURN: usize = 64;
 /// Queued commands handled per loop turn besides the first (one batch of requests).
 const COMMANDS_PER_TURN: usize = 64;
 /// Within a turn, the replies so far are written after every this many queued commands.
-const REPLIES_EVERY: usize = 4;
+pub(super) const REPLIES_EVERY: usize = 4;
 /// The capacity of an action vector kept for reuse, at most.
 const ACTIONS_KEPT: usize = 256;
 
@@ -196,7 +200,9 @@ impl LsMetrics {
     }
 }
 
-struct Shell {
+/// A lockspace's state and handles, driven by its task's turns and by the plock device's
+/// reader ([`Direct`]).
+pub(super) struct Shell {
     metrics: LsMetrics,
     core: LsCore,
     /// The name as text (log lines, the plock log's records share it).
@@ -232,6 +238,32 @@ struct Shell {
     /// This process's id, which the group's deliveries of our messages carry (read once:
     /// `getpid` is a system call).
     pid: u32,
+    /// The next sync of our decisions.
+    sync: SyncTimer,
+    /// What corosync did with the last flush of the send queue.
+    last_flush: Flush,
+    /// What the task's turn waits for, as it last looked ([`Waits`]).
+    task_view: Waits,
+}
+
+/// The next sync of our decisions, armed while some wait for it (one timer kept across
+/// turns: a turn registers nothing with the timer wheel).
+struct SyncTimer {
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    armed: bool,
+    /// The timer went off: sync at the end of this turn.
+    now: bool,
+}
+
+/// What a turn of the task waits for besides its commands and events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Waits {
+    /// Messages queued or a state transfer going out: a portion per turn.
+    backlog: bool,
+    /// Corosync pushed back the last flush: the next after a millisecond.
+    pushed_back: bool,
+    /// The sync timer.
+    sync: bool,
 }
 
 impl Shell {
@@ -482,27 +514,14 @@ impl Shell {
         }
     }
 
-    fn command(&mut self, cmd: LsCommand, leave: &mut LeaveRetry) {
+    pub(super) fn command(&mut self, cmd: LsCommand, leave: &mut LeaveRetry) {
         match cmd {
             LsCommand::Poll => {
                 self.core.count_cycles();
                 let a = self.with_env(|core, env| core.poll(env));
                 self.perform(a);
             }
-            LsCommand::Plock(info, t0) => {
-                // one clock read: the hand-off's time and the core's
-                let now = crate::clock::Stamp::now();
-                self.metrics.handoff.observe(now.secs_since(t0));
-                self.take(&info, t0);
-                let mut a = std::mem::take(&mut self.actions);
-                // a request decided here logs its `read plock` line alone, as C's ownership
-                // mode logs one its owner applies (process_plocks): no delivery, no receive
-                self.core.request(now.ms(), &info, &mut a);
-                self.perform(a);
-                // the request moved from the queue into our share at once: the device's
-                // reader must never see it in neither (it would read past the bound)
-                self.publish_backlog();
-            }
+            LsCommand::Plock(info, t0) => self.plock(&info, t0),
             LsCommand::Query(reply) => {
                 let mut r = self.core.report();
                 r.send_queue = self.group.queued();
@@ -524,11 +543,40 @@ impl Shell {
                 self.perform(a);
             }
             LsCommand::SetLocksMax(max) => self.core.set_locks_max(max),
+            // the turn that follows looks at the timers and the send queue again
+            LsCommand::Wake => {}
             LsCommand::Leave => {
                 self.core.leave();
                 leave.attempt(&mut self.group);
             }
         }
+    }
+
+    /// The lockspace has been left: its task is ending.
+    pub(super) fn is_left(&self) -> bool {
+        self.core.is_left()
+    }
+
+    /// The lockspace's name (log lines name it).
+    pub(super) fn name(&self) -> &std::sync::Arc<str> {
+        &self.text
+    }
+
+    /// A plock request read from the kernel at `t0`, taken from the queue or performed in
+    /// place by the device's reader.
+    pub(super) fn plock(&mut self, info: &PlockInfo, t0: crate::clock::Stamp) {
+        // one clock read: the hand-off's time and the core's
+        let now = crate::clock::Stamp::now();
+        self.metrics.handoff.observe(now.secs_since(t0));
+        self.take(info, t0);
+        let mut a = std::mem::take(&mut self.actions);
+        // a request decided here logs its `read plock` line alone, as C's ownership mode
+        // logs one its owner applies (process_plocks): no delivery, no receive line
+        self.core.request(now.ms(), info, &mut a);
+        self.perform(a);
+        // the request moved from the queue into our share at once: the device's reader
+        // must never see it in neither (it would read past the bound)
+        self.publish_backlog();
     }
 
     /// A plock dump begins: its plan (the resources in the dump's order) and its first
@@ -547,22 +595,23 @@ impl Shell {
     /// The native batch: requests and releases go at the end of the turn that made them;
     /// the STATEs of what we decided every `plock_native_sync_ms` (the timer is armed when
     /// the first decision waits, so the clock is read once per sync, not per request).
-    fn send_batch(&mut self, t: &mut Turn) {
+    fn send_batch(&mut self) {
         if self.core.batch_urgent() {
             let a = self.core.flush();
             self.perform(a);
         }
-        if std::mem::take(&mut t.sync_now) {
-            t.sync_armed = false;
+        if std::mem::take(&mut self.sync.now) {
+            self.sync.armed = false;
             let a = self.core.sync();
             self.perform(a);
         }
-        if self.core.batch_pending() && !t.sync_armed {
+        if self.core.batch_pending() && !self.sync.armed {
             if let Some(every) = self.ctx.plock.native_sync {
-                t.sync_timer
+                self.sync
+                    .timer
                     .as_mut()
                     .reset(tokio::time::Instant::now() + every);
-                t.sync_armed = true;
+                self.sync.armed = true;
             }
         }
         self.publish_native();
@@ -647,7 +696,7 @@ fn unregister(ctx: &LsContext, name: &str) {
 
 /// A `cpg_leave` that corosync pushed back (TRY_AGAIN), tried again until it is taken.
 #[derive(Debug, Default)]
-struct LeaveRetry {
+pub(super) struct LeaveRetry {
     pending: bool,
     log: crate::rate::LogEvery,
 }
@@ -672,49 +721,116 @@ impl LeaveRetry {
     }
 }
 
-/// The task of one lockspace, from `online@` to the end of its leave.
+/// The task of one lockspace, from `online@` to the end of its leave. Its shell is shared
+/// with the plock device's reader through `direct` while it runs.
 pub(crate) async fn run(
     name: LockspaceName,
     conf: LockspaceConf,
     ctx: LsContext,
+    direct: std::sync::Arc<Direct>,
     mut commands: mpsc::UnboundedReceiver<LsCommand>,
 ) {
-    let Some(mut ls) = Shell::start(name, conf, ctx).await else {
+    let Some(ls) = Shell::start(name, conf, ctx).await else {
         return;
     };
-    let mut turn = Turn::new();
-    while !ls.core.is_left() {
-        if !ls.turn(&mut turn, &mut commands).await {
+    direct.put(ls);
+    let mut turn = Turn::default();
+    while direct.with(|ls| ls.core.is_left()) == Some(false) {
+        if !turn_once(&direct, &mut turn, &mut commands).await {
             break;
         }
     }
-    ls.finish(commands).await;
+    // from now on every request is queued, and answered as for a lockspace gone
+    if let Some(ls) = direct.take() {
+        ls.finish(commands).await;
+    }
 }
 
 /// What one turn of the task's loop leaves to the next.
+#[derive(Default)]
 struct Turn {
-    last_flush: Flush,
-    /// The next sync of our decisions, armed while some wait for it (one timer kept
-    /// across turns: a turn registers nothing with the timer wheel).
-    sync_timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-    sync_armed: bool,
-    /// The timer went off: sync at the end of this turn.
-    sync_now: bool,
     count: u32,
     leave: LeaveRetry,
 }
 
-impl Turn {
-    fn new() -> Self {
-        Self {
-            last_flush: Flush::Empty,
-            sync_timer: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
-            sync_armed: false,
-            sync_now: false,
-            count: 0,
-            leave: LeaveRetry::default(),
+/// One turn: the first input ready, then what it left to send. `false` when the task
+/// must end (its command channel closed, or its group failed). The shell is locked for
+/// each step, never across a wait, so the device's reader may perform requests in between.
+async fn turn_once(
+    direct: &Direct,
+    t: &mut Turn,
+    commands: &mut mpsc::UnboundedReceiver<LsCommand>,
+) -> bool {
+    use std::task::Poll;
+    // give the scheduler (and tokio's per-task budget) a turn now and then: while
+    // deliveries stream in, the event branch is always ready and would otherwise keep
+    // the command branch (queries, kernel requests) waiting behind the whole stream
+    t.count = t.count.wrapping_add(1);
+    if t.count % 16 == 0 {
+        tokio::task::yield_now().await;
+    }
+    let Some(w) = direct.with(Shell::look) else {
+        return false;
+    };
+    tokio::select! {
+        // commands first: a query or a kernel request never waits behind a stream
+        biased;
+        cmd = commands.recv() => match cmd {
+            Some(cmd) => {
+                direct.command(cmd, &mut t.leave);
+                // the requests read meanwhile join this turn's batch; their replies go
+                // out every few requests, so the processes answered first run while
+                // the rest are decided (one write for a whole turn made them and the
+                // daemon take turns, each idle while the other worked)
+                for i in 1..=COMMANDS_PER_TURN {
+                    let Ok(cmd) = commands.try_recv() else { break };
+                    direct.command(cmd, &mut t.leave);
+                    if i % REPLIES_EVERY == 0 {
+                        direct.with(Shell::write_replies);
+                        // the device's reader reads what they send next, which joins
+                        // this batch
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }
+            None => return false,
+        },
+        ev = std::future::poll_fn(|cx| {
+            direct.with(|ls| ls.group.poll_next_event(cx)).unwrap_or(Poll::Pending)
+        }) => match ev {
+            Ok(ev) => {
+                direct.with(|ls| ls.event(ev));
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                return false;
+            }
+        },
+        // a backlog (a big state transfer, a storm): a portion per turn, right away
+        // after a full portion, a millisecond after corosync's TRY_AGAIN; events,
+        // plock requests and queries keep being served in between
+        () = async {
+            if w.pushed_back {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }, if w.backlog => {}
+        // cpg_leave met TRY_AGAIN: again shortly, as cpg_join is retried (a select
+        // builds every branch's future each turn, disabled or not: the timer is made
+        // inside, so a turn without a leave pending reads no clock)
+        () = async { tokio::time::sleep(LeaveRetry::PAUSE).await }, if t.leave.pending => {
+            direct.with(|ls| t.leave.attempt(&mut ls.group));
+        }
+        // decided entries waiting for company: they go now
+        () = std::future::poll_fn(|cx| {
+            direct.with(|ls| ls.sync.timer.as_mut().poll(cx)).unwrap_or(Poll::Pending)
+        }), if w.sync => {
+            direct.with(|ls| ls.sync.now = true);
         }
     }
+    direct.with(Shell::after_turn);
+    true
 }
 
 impl Shell {
@@ -753,6 +869,13 @@ impl Shell {
             published: None,
             round_trips: super::round_trip::RoundTrips::default(),
             pid: std::process::id(),
+            sync: SyncTimer {
+                timer: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+                armed: false,
+                now: false,
+            },
+            last_flush: Flush::Empty,
+            task_view: Waits::default(),
         };
         let plock = ls.ctx.plock;
         ls.core.set_native(plock.native);
@@ -763,79 +886,43 @@ impl Shell {
         Some(ls)
     }
 
-    /// One turn: the first input ready, then what it left to send. `false` when the task
-    /// must end (its command channel closed, or its group failed).
-    async fn turn(
-        &mut self,
-        t: &mut Turn,
-        commands: &mut mpsc::UnboundedReceiver<LsCommand>,
-    ) -> bool {
-        // give the scheduler (and tokio's per-task budget) a turn now and then: while
-        // deliveries stream in, the event branch is always ready and would otherwise keep
-        // the command branch (queries, kernel requests) waiting behind the whole stream
-        t.count = t.count.wrapping_add(1);
-        if t.count % 16 == 0 {
-            tokio::task::yield_now().await;
+    /// What the coming turn waits for besides commands and events, remembered as the
+    /// task's view (the device's reader wakes the task when it changes that).
+    fn look(&mut self) -> Waits {
+        self.task_view = self.waits();
+        self.task_view
+    }
+
+    fn waits(&mut self) -> Waits {
+        Waits {
+            backlog: self.group.queued() > 0 || self.core.sending(),
+            pushed_back: self.last_flush == Flush::PushedBack,
+            sync: self.sync.armed,
         }
-        tokio::select! {
-            // commands first: a query or a kernel request never waits behind a stream
-            biased;
-            cmd = commands.recv() => match cmd {
-                Some(cmd) => {
-                    self.command(cmd, &mut t.leave);
-                    // the requests read meanwhile join this turn's batch; their replies go
-                    // out every few requests, so the processes answered first run while
-                    // the rest are decided (one write for a whole turn made them and the
-                    // daemon take turns, each idle while the other worked)
-                    for i in 1..=COMMANDS_PER_TURN {
-                        let Ok(cmd) = commands.try_recv() else { break };
-                        self.command(cmd, &mut t.leave);
-                        if i % REPLIES_EVERY == 0 {
-                            self.write_replies();
-                            // the device's reader reads what they send next, which joins
-                            // this batch
-                            tokio::task::yield_now().await;
-                        }
-                    }
-                }
-                None => return false,
-            },
-            ev = self.group.next_event() => match ev {
-                Ok(ev) => self.event(ev),
-                Err(e) => {
-                    tracing::error!("{e}");
-                    return false;
-                }
-            },
-            // a backlog (a big state transfer, a storm): a portion per turn, right away
-            // after a full portion, a millisecond after corosync's TRY_AGAIN; events,
-            // plock requests and queries keep being served in between
-            () = async {
-                if t.last_flush == Flush::PushedBack {
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                } else {
-                    tokio::task::yield_now().await;
-                }
-            }, if self.group.queued() > 0 || self.core.sending() => {}
-            // cpg_leave met TRY_AGAIN: again shortly, as cpg_join is retried (a select
-            // builds every branch's future each turn, disabled or not: the timer is made
-            // inside, so a turn without a leave pending reads no clock)
-            () = async { tokio::time::sleep(LeaveRetry::PAUSE).await }, if t.leave.pending => {
-                t.leave.attempt(&mut self.group);
-            }
-            // decided entries waiting for company: they go now
-            () = &mut t.sync_timer, if t.sync_armed => t.sync_now = true,
+    }
+
+    /// The requests the device's reader performed in place since the last call end as a
+    /// turn of the task does ([`Self::after_turn`]: the events they brought handled — the
+    /// embedded group delivers our own messages at once, and nothing wakes the task for
+    /// them —, replies written, messages sent); `true` when the task must be woken: the
+    /// turn it waits in does not wait for what they left (a sync armed, messages queued).
+    pub(super) fn after_direct(&mut self) -> bool {
+        self.after_turn();
+        let now = self.waits();
+        let view = self.task_view;
+        let wake = (now.backlog && !view.backlog) || (now.sync && !view.sync);
+        if wake {
+            self.task_view = now;
         }
-        self.after_turn(t);
-        true
+        wake
     }
 
     /// What every turn ends with: replies out, batches and transfer portions sent, the
     /// backlog and the report published.
-    fn after_turn(&mut self, t: &mut Turn) {
+    fn after_turn(&mut self) {
         self.drain();
         self.write_replies();
-        self.send_batch(t);
+        self.send_batch();
         // a state transfer going out: the next portion once corosync has taken the last
         if self.core.sending() && self.group.queued() < SEND_PER_TURN {
             let a = self.with_env(|core, env| core.pump(env, SEND_PER_TURN));
@@ -846,7 +933,7 @@ impl Shell {
                 if f == Flush::PushedBack {
                     self.metrics.try_again.inc();
                 }
-                t.last_flush = f;
+                self.last_flush = f;
             }
             Err(e) => tracing::error!("multicast: {e}"),
         }

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use super::agent::{AgentExit, RunExit};
 use super::cluster::{CorosyncServices, QuorumState};
 use super::daemon_group::{self, DaemonGroup, FenceFacts};
+use super::query::LsHandle;
 use super::{
     DaemonArgs, DaemonError, EEXIST, ENOENT, LsCommand, LsContext, admission, control, lockspace,
     metrics_http, notify_ready, plock_device, query, sd_notify, sinks, watchdog_interval,
@@ -507,8 +508,8 @@ impl Daemon<'_> {
         tracing::info!("plock_locks_max {max} (was {})", self.ctx.plock.locks_max);
         self.ctx.plock.locks_max = max;
         if let Ok(m) = self.registry.lock() {
-            for tx in m.values() {
-                let _ = tx.send(LsCommand::SetLocksMax(max));
+            for h in m.values() {
+                let _ = h.tx.send(LsCommand::SetLocksMax(max));
             }
         }
     }
@@ -560,8 +561,8 @@ impl Daemon<'_> {
     /// Every lockspace looks again at quorum and fencing (its waiting change).
     fn poll_lockspaces(&self) {
         if let Ok(m) = self.registry.lock() {
-            for tx in m.values() {
-                let _ = tx.send(LsCommand::Poll);
+            for h in m.values() {
+                let _ = h.tx.send(LsCommand::Poll);
             }
         }
     }
@@ -704,15 +705,22 @@ fn handle_uevent(
                 );
             }
             let named: Arc<str> = Arc::from(name.as_str());
-            lockspaces.insert(name, tx);
+            let direct = Arc::new(lockspace::Direct::default());
+            lockspaces.insert(
+                name,
+                LsHandle {
+                    tx,
+                    direct: direct.clone(),
+                },
+            );
             tokio::spawn(crate::log::in_lockspace(
                 named,
-                lockspace::run(ev.lockspace, conf, ctx.clone(), rx),
+                lockspace::run(ev.lockspace, conf, ctx.clone(), direct, rx),
             ));
         }
         UeventAction::Offline => match lockspaces.get(&name) {
-            Some(tx) => {
-                let _ = tx.send(LsCommand::Leave);
+            Some(h) => {
+                let _ = h.tx.send(LsCommand::Leave);
             }
             None => tracing::error!("process_uevent {act} error -{ENOENT} errno 0"),
         },

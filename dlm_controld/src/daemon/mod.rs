@@ -9,6 +9,7 @@ mod agent;
 mod cluster;
 mod control;
 mod daemon_group;
+mod direct;
 mod lockspace;
 mod main_task;
 mod metrics_http;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
+use super::lockspace::Direct;
 use super::{DaemonError, EEXIST, LsCommand, lockspace, query};
 use crate::kernel::{MiscDevice, Records};
 
@@ -389,13 +390,19 @@ struct Routes(BTreeMap<u32, Route>);
 struct Route {
     name: Arc<str>,
     /// `None`: the fsid is known but its task is not (ended; its name not yet forgotten).
-    task: Option<mpsc::WeakUnboundedSender<LsCommand>>,
+    task: Option<(mpsc::WeakUnboundedSender<LsCommand>, Arc<Direct>)>,
 }
 
 /// Where one request goes: its lockspace's name (for the plock log) and task, when known.
 struct Routed {
     name: Option<Arc<str>>,
-    task: Option<mpsc::UnboundedSender<LsCommand>>,
+    task: Option<Task>,
+}
+
+/// A live lockspace task: its queue, and its shell for requests performed in place.
+struct Task {
+    tx: mpsc::UnboundedSender<LsCommand>,
+    direct: Arc<Direct>,
 }
 
 impl Routes {
@@ -414,10 +421,14 @@ impl Routes {
 
     fn live(&self, fsid: u32) -> Option<Routed> {
         let r = self.0.get(&fsid)?;
-        let task = r.task.as_ref()?.upgrade()?;
+        let (tx, direct) = r.task.as_ref()?;
+        let tx = tx.upgrade()?;
         Some(Routed {
             name: Some(r.name.clone()),
-            task: Some(task),
+            task: Some(Task {
+                tx,
+                direct: direct.clone(),
+            }),
         })
     }
 
@@ -429,7 +440,9 @@ impl Routes {
         self.0 = fsids
             .iter()
             .map(|(&fsid, name)| {
-                let task = tasks.get(&**name).map(mpsc::UnboundedSender::downgrade);
+                let task = tasks
+                    .get(&**name)
+                    .map(|h| (h.tx.downgrade(), h.direct.clone()));
                 let name = name.clone();
                 (fsid, Route { name, task })
             })
@@ -486,9 +499,9 @@ fn read_plocks(
     }
 }
 
-/// The records of one read (`process_plocks`), each to its lockspace's task or answered
-/// at once. A zero-length record is the fake kernel going away: the ones before it are
-/// handled, and the reader ends.
+/// The records of one read (`process_plocks`), each performed in place, queued for its
+/// lockspace's task, or answered at once. A zero-length record is the fake kernel going
+/// away: the ones before it are handled, and the reader ends.
 fn plock_requests(
     batch: &Records,
     now_ms: u64,
@@ -496,19 +509,57 @@ fn plock_requests(
     ctx: &mut ReadCtx<'_>,
     device: &MiscDevice,
 ) {
+    let mut in_place = InPlace::default();
     for bytes in batch.iter().take_while(|b| !b.is_empty()) {
-        plock_request(bytes, now_ms, t0, ctx, device);
+        plock_request(bytes, now_ms, t0, ctx, device, &mut in_place);
+    }
+    in_place.finish();
+}
+
+/// The lockspace whose requests this read performed in place and did not yet finish
+/// (their replies written, their messages sent), and how many.
+#[derive(Default)]
+struct InPlace(Option<(Task, usize)>);
+
+impl InPlace {
+    /// A request of `task`'s lockspace performed in place: another lockspace's before it
+    /// are finished first, and this one's every few requests (the processes answered first
+    /// run while the rest are decided, as the task's turn writes them).
+    fn performed(&mut self, task: Task) {
+        if let Some((t, n)) = self.0.as_mut() {
+            if Arc::ptr_eq(&t.direct, &task.direct) {
+                *n += 1;
+                if *n >= lockspace::REPLIES_EVERY {
+                    self.finish();
+                }
+                return;
+            }
+        }
+        self.finish();
+        self.0 = Some((task, 1));
+    }
+
+    /// Replies written and messages sent; the task woken if it must look again at what
+    /// its turn waits for.
+    fn finish(&mut self) {
+        if let Some((t, _)) = self.0.take() {
+            if t.direct.after() {
+                let _ = t.tx.send(LsCommand::Wake);
+            }
+        }
     }
 }
 
-/// One record from the plock device: to its lockspace's task, or an early error reply.
-/// Malformed records are dropped (the kernel never sends them).
+/// One record from the plock device: performed in place (`Direct`), to its lockspace's
+/// task, or an early error reply. Malformed records are dropped (the kernel never sends
+/// them).
 fn plock_request(
     bytes: &[u8],
     now_ms: u64,
     t0: crate::clock::Stamp,
     ctx: &mut ReadCtx<'_>,
     device: &MiscDevice,
+    in_place: &mut InPlace,
 ) {
     let mut info = match dlm_proto::kernel::PlockInfo::decode(bytes) {
         Ok(i) => i,
@@ -540,7 +591,14 @@ fn plock_request(
             );
         }
     }
-    let sent = task.map(|tx| tx.send(LsCommand::Plock(info, t0)));
+    let task = match task {
+        Some(t) if t.direct.perform(&info, t0) => return in_place.performed(t),
+        t => t,
+    };
+    let sent = task.map(|t| {
+        t.direct.queuing();
+        t.tx.send(LsCommand::Plock(info, t0))
+    });
     if matches!(sent, Some(Ok(()))) {
         // out of the backlog again when its task takes it (`Shell::take`)
         crate::metrics::get().plock_backlog.inc();
@@ -575,7 +633,9 @@ mod tests {
 
     fn register(reg: &query::Registry, name: &str) -> mpsc::UnboundedReceiver<LsCommand> {
         let (tx, rx) = mpsc::unbounded_channel();
-        reg.lock().expect("registry").insert(name.to_owned(), tx);
+        let direct = Arc::default();
+        let h = query::LsHandle { tx, direct };
+        reg.lock().expect("registry").insert(name.to_owned(), h);
         rx
     }
 
@@ -592,7 +652,7 @@ mod tests {
         // its task registered: found (the copy taken again), and requests reach it
         let mut rx = register(&reg, "a");
         let task = routes.get(7, &fsids, &reg).task;
-        task.expect("task").send(LsCommand::Poll).expect("sent");
+        task.expect("task").tx.send(LsCommand::Poll).expect("sent");
         assert!(matches!(rx.try_recv(), Ok(LsCommand::Poll)));
         // unregistered: the copy's weak sender no longer reaches it, and the task's channel
         // closes, as it did when the registry held its only sender
@@ -605,7 +665,7 @@ mod tests {
         // a task of the same name again: the new one
         let mut rx2 = register(&reg, "a");
         let task = routes.get(7, &fsids, &reg).task;
-        task.expect("task").send(LsCommand::Leave).expect("sent");
+        task.expect("task").tx.send(LsCommand::Leave).expect("sent");
         assert!(matches!(rx2.try_recv(), Ok(LsCommand::Leave)));
     }
 

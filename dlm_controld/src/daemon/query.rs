@@ -41,8 +41,16 @@ pub(crate) type SharedStatus = Arc<Mutex<crate::status::DaemonStatus>>;
 
 /// The lockspace tasks, by name, shared with the main task.
 pub(crate) type Registry = Arc<Mutex<Tasks>>;
-/// The lockspace tasks' command queues by name.
-pub(crate) type Tasks = BTreeMap<String, mpsc::UnboundedSender<LsCommand>>;
+/// The lockspace tasks by name.
+pub(crate) type Tasks = BTreeMap<String, LsHandle>;
+
+/// A lockspace task as the registry holds it: its command queue, and its shell as the plock
+/// device's reader reaches it.
+#[derive(Debug, Clone)]
+pub(crate) struct LsHandle {
+    pub(crate) tx: mpsc::UnboundedSender<LsCommand>,
+    pub(crate) direct: Arc<super::lockspace::Direct>,
+}
 
 /// Each lockspace's report as its task last published it (at every membership change and
 /// once a second): `dlm_tool ls` is answered from it without waiting for the task, which
@@ -405,7 +413,7 @@ pub(crate) static PUBLISHED: std::sync::OnceLock<Published> = std::sync::OnceLoc
 
 /// A lockspace's report from its task, exact now (the metrics endpoint's gauges).
 async fn fresh_report(reg: &Registry, name: &str) -> Option<LsReport> {
-    let tx = reg.lock().ok()?.get(name)?.clone();
+    let tx = reg.lock().ok()?.get(name)?.tx.clone();
     let (rtx, rrx) = oneshot::channel();
     tx.send(LsCommand::Query(rtx)).ok()?;
     rrx.await.ok()
@@ -678,7 +686,7 @@ async fn dump_plocks(reg: &Registry, name: &LockspaceName, flags: i32) -> Reply 
         DUMP_SIZE
     };
     let text = match tx {
-        Some(tx) => plock_dump(&tx, flags & FLAG_DUMP_AGES != 0, cap).await,
+        Some(h) => plock_dump(&h.tx, flags & FLAG_DUMP_AGES != 0, cap).await,
         None => None,
     };
     let Some(t) = text else {

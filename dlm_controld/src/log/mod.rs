@@ -16,7 +16,7 @@ mod task_ls;
 pub use layer::{CLayer, Line, PLAIN_TARGET, PLOCK_DEBUG_TARGET, PLOCK_TARGET};
 pub use plock_ring::{PlockLine, PlockRing};
 pub use ring::{RING_SIZE, Ring};
-pub use task_ls::{InLockspace, in_lockspace};
+pub use task_ls::{InLockspace, in_lockspace, named};
 
 use std::cell::RefCell;
 use std::fmt::Arguments;

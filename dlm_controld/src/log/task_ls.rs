@@ -28,6 +28,24 @@ pub fn in_lockspace<F: Future>(name: Arc<str>, fut: F) -> InLockspace<F> {
     }
 }
 
+/// `f`, whose events name lockspace `name` (the plock device's reader performing a
+/// request of that lockspace in place, outside its task); the name before is put back.
+pub fn named<T>(name: Arc<str>, f: impl FnOnce() -> T) -> T {
+    let before = POLLED.with(|p| p.replace(Some(name)));
+    let _named = Restore(before);
+    f()
+}
+
+/// Puts back the name a [`named`] call found, even by a panic.
+struct Restore(Option<Arc<str>>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let before = self.0.take();
+        POLLED.with(|p| p.replace(before));
+    }
+}
+
 /// A future polled with its lockspace named (see [`in_lockspace`]).
 pub struct InLockspace<F> {
     /// Out while the inner future is polled (moved, not cloned: no atomic per poll).
@@ -101,6 +119,18 @@ mod tests {
         assert_eq!(poll_once(&mut f), Poll::Ready(7));
         drop(f);
         assert_eq!(seen, [Some("ls1".to_owned()), Some("ls1".to_owned())]);
+    }
+
+    #[test]
+    fn a_call_is_named_and_the_name_before_restored() {
+        assert_eq!(current(), None);
+        let ls: Arc<str> = Arc::from("ls2");
+        assert_eq!(named(ls.clone(), current), Some("ls2".to_owned()));
+        assert_eq!(current(), None);
+        let outer: Arc<str> = Arc::from("outer");
+        let inner = named(outer, || (named(ls, current), current()));
+        assert_eq!(inner, (Some("ls2".to_owned()), Some("outer".to_owned())));
+        assert_eq!(current(), None);
     }
 
     #[test]

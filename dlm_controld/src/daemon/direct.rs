@@ -1,0 +1,157 @@
+//! A lockspace's shell shared by its task and the plock device's reader, so that the reader
+//! performs a request in place — decided, its reply written, its messages sent — instead of
+//! handing it to the task: one turn from read to reply, as C's loop has it (the hand-off,
+//! a channel and a task switch, was a fifth of our instructions per request). Both run on
+//! the daemon's one thread, so neither ever waits for the lock; the task holds it for each
+//! step of its turn, never across a wait.
+//!
+//! A lockspace's requests keep their order: the reader performs none in place while one
+//! it queued for the task is still there (`queued`, taken down only once the task has
+//! performed the request). Before the task has joined and once it ends there is no shell
+//! here: requests are queued, and at the end answered as for a lockspace gone.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use dlm_proto::kernel::PlockInfo;
+
+use super::lockspace::{LsCommand, Shell};
+use crate::clock::Stamp;
+
+/// See the module's comment.
+#[derive(Default)]
+pub(crate) struct Direct {
+    shell: Mutex<Option<Shell>>,
+    /// Requests sent to the task's queue and not yet performed by it.
+    queued: AtomicUsize,
+}
+
+impl std::fmt::Debug for Direct {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Direct")
+            .field("queued", &self.queued.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Direct {
+    fn lock(&self) -> MutexGuard<'_, Option<Shell>> {
+        // a panic aborts the daemon (panic = "abort"): a poisoned lock is only a test's
+        self.shell.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The task's shell, once its group has joined.
+    pub(super) fn put(&self, shell: Shell) {
+        *self.lock() = Some(shell);
+    }
+
+    /// The shell back to the task at its end.
+    pub(super) fn take(&self) -> Option<Shell> {
+        self.lock().take()
+    }
+
+    /// `f` on the shell (the task's steps; `None` before [`Self::put`] and after
+    /// [`Self::take`]).
+    pub(super) fn with<T>(&self, f: impl FnOnce(&mut Shell) -> T) -> Option<T> {
+        self.lock().as_mut().map(f)
+    }
+
+    /// The task performs a command from its queue; a request leaves the count of those
+    /// queued only once performed.
+    pub(super) fn command(&self, cmd: LsCommand, leave: &mut super::lockspace::LeaveRetry) {
+        let request = matches!(cmd, LsCommand::Plock(..));
+        self.with(|ls| ls.command(cmd, leave));
+        if request {
+            self.queued.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// The reader is about to queue a request for the task.
+    pub(super) fn queuing(&self) {
+        self.queued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The reader performs `info` (read at `t0`) in place, unless a request it queued
+    /// earlier still waits for the task, the task is not running, or it is busy (on another
+    /// thread; never on the daemon's one). `false`: queue it instead. Its reply is written
+    /// at the next [`Self::after`].
+    pub(super) fn perform(&self, info: &PlockInfo, t0: Stamp) -> bool {
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return false;
+        }
+        let Ok(mut guard) = self.shell.try_lock() else {
+            return false;
+        };
+        let Some(ls) = guard.as_mut().filter(|ls| !ls.is_left()) else {
+            return false;
+        };
+        // into the backlog as a queued request would be; `plock` takes it out again
+        crate::metrics::get().plock_backlog.inc();
+        let name = ls.name().clone();
+        crate::log::named(name, || ls.plock(info, t0));
+        true
+    }
+
+    /// After the requests performed in place (every few, and at the end of a read): their
+    /// replies written, their messages sent. `true` when the task must be woken
+    /// ([`LsCommand::Wake`]).
+    pub(super) fn after(&self) -> bool {
+        let mut guard = self.lock();
+        let Some(ls) = guard.as_mut() else {
+            return false;
+        };
+        let name = ls.name().clone();
+        crate::log::named(name, || ls.after_direct())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> PlockInfo {
+        PlockInfo {
+            version: dlm_proto::kernel::PLOCK_VERSION,
+            op: dlm_proto::kernel::PlockOp::LOCK,
+            ex: true,
+            wait: false,
+            flags: dlm_proto::kernel::PlockFlags(0),
+            pid: 1,
+            nodeid: 1,
+            rv: 0,
+            fsid: 7,
+            number: 1,
+            start: 0,
+            end: 0,
+            owner: 1,
+        }
+    }
+
+    /// Without a shell (the task joining, or ended) nothing is performed in place, and
+    /// nothing is counted into the backlog.
+    #[test]
+    fn no_shell_no_request_in_place() {
+        let d = Direct::default();
+        let before = crate::metrics::get().plock_backlog.get();
+        assert!(!d.perform(&info(), Stamp::now()));
+        assert!(!d.after());
+        assert_eq!(crate::metrics::get().plock_backlog.get(), before);
+        assert!(d.with(|_| ()).is_none());
+        assert!(d.take().is_none());
+    }
+
+    /// The count of queued requests goes up as the reader queues and down only as the
+    /// task performs one, never for its other commands.
+    #[test]
+    fn queued_counts_requests_until_performed() {
+        let d = Direct::default();
+        d.queuing();
+        d.queuing();
+        let mut leave = super::super::lockspace::LeaveRetry::default();
+        d.command(LsCommand::Wake, &mut leave);
+        assert_eq!(d.queued.load(Ordering::Relaxed), 2);
+        d.command(LsCommand::Plock(info(), Stamp::now()), &mut leave);
+        assert_eq!(d.queued.load(Ordering::Relaxed), 1);
+        assert!(!d.perform(&info(), Stamp::now()), "one still queued");
+    }
+}
