@@ -53,10 +53,11 @@ metrics! {
         "From a request read from the kernel to its reply written (wait=true includes the time blocked)",
         ["lockspace", "wait"]
     );
-    /// From a request read from the kernel to its lockspace's task taking it, by lockspace.
+    /// From a request read from the kernel to its being performed (in place by the reader,
+    /// or by its lockspace's task taking it from the queue), by lockspace.
     handoff_seconds: HistogramVec = fine_histogram_vec(
         "dlm_plock_handoff_seconds",
-        "From a plock request read from the kernel to its lockspace's task taking it",
+        "From a plock request read from the kernel to its being performed (in place, or by its lockspace's task)",
         ["lockspace"]
     );
     /// A message of ours from its multicast to its delivery back to us, by lockspace.

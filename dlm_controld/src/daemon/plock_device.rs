@@ -70,6 +70,8 @@ pub(crate) async fn reader(
         match read {
             Err(e) => return e,
             Ok(0) => {}
+            // more wait on the device: the other tasks first
+            Ok(n) if n >= READ_PER_WAKE => tokio::task::yield_now().await,
             Ok(_) => {
                 if let Err(e) = spinner
                     .after_wake(&dev, &mut gate, &mut batch, &mut ctx)
@@ -81,6 +83,10 @@ pub(crate) async fn reader(
         }
     }
 }
+
+/// Requests read per wake-up at most; the device's readiness is kept, and the reader reads
+/// on after the daemon's other tasks have had a turn.
+const READ_PER_WAKE: usize = 64;
 
 /// A spinning reader looks at the machine's load again every this many turns.
 const LOAD_EVERY: u32 = 32;
@@ -451,10 +457,10 @@ impl Routes {
 }
 
 /// Every request queued on the device, per wakeup (C reads one per poll), up to
-/// [`MiscDevice::records_per_call`] per system call, while the gate lets; readiness is
-/// kept for after a pause (`clear_ready` forgets it once the device is empty). A read that
-/// brings fewer records than it had room for emptied the device. Returns how many were
-/// read.
+/// [`MiscDevice::records_per_call`] per system call and [`READ_PER_WAKE`] in all, while
+/// the gate lets; readiness is kept for after a pause (`clear_ready` forgets it once the
+/// device is empty). A read that brings fewer records than it had room for emptied the
+/// device. Returns how many were read.
 fn read_plocks(
     dev: &MiscDevice,
     clear_ready: &mut dyn FnMut(),
@@ -486,6 +492,12 @@ fn read_plocks(
                 }
                 if n < room {
                     clear_ready();
+                    return Ok(total);
+                }
+                // performed in place, the requests leave no backlog that would close the
+                // gate: processes answered at once keep the device full, and the daemon's
+                // other tasks (deliveries, queries, the main loop) must have their turn
+                if total >= READ_PER_WAKE {
                     return Ok(total);
                 }
             }
@@ -667,6 +679,93 @@ mod tests {
         let task = routes.get(7, &fsids, &reg).task;
         task.expect("task").tx.send(LsCommand::Leave).expect("sent");
         assert!(matches!(rx2.try_recv(), Ok(LsCommand::Leave)));
+    }
+
+    /// A device that stays full is read [`READ_PER_WAKE`] requests at a time, its
+    /// readiness kept, so the daemon's other tasks have their turn in between (requests
+    /// performed in place leave no backlog that would stop the reads); each is answered, in
+    /// order.
+    #[test]
+    fn a_full_device_is_read_a_share_per_wake() {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+        let (ours, kernel) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_NONBLOCK,
+        )
+        .expect("socketpair");
+        let dev = MiscDevice::of_socket(ours);
+        let total = 3 * READ_PER_WAKE + 5;
+        for i in 0..total {
+            let info = dlm_proto::kernel::PlockInfo {
+                version: dlm_proto::kernel::PLOCK_VERSION,
+                op: dlm_proto::kernel::PlockOp::LOCK,
+                ex: true,
+                wait: false,
+                flags: dlm_proto::kernel::PlockFlags(0),
+                pid: 1,
+                nodeid: 0,
+                rv: 0,
+                fsid: 99,
+                number: 1,
+                start: u64::try_from(i).expect("small"),
+                end: u64::try_from(i).expect("small"),
+                owner: 1,
+            };
+            nix::sys::socket::send(
+                kernel.as_raw_fd(),
+                &info.encode(),
+                nix::sys::socket::MsgFlags::empty(),
+            )
+            .expect("send");
+        }
+        let (fsids, reg) = setup();
+        let mut routes = Routes::default();
+        let mut gate = DeviceGate::new();
+        let mut batch = Records::default();
+        let mut shares = Vec::new();
+        let mut cleared = false;
+        while !cleared {
+            let mut ctx = ReadCtx {
+                limit: 0,
+                our: 1,
+                fsids: &fsids,
+                registry: &reg,
+                routes: &mut routes,
+            };
+            let n = read_plocks(
+                &dev,
+                &mut || cleared = true,
+                &mut gate,
+                &mut batch,
+                &mut ctx,
+            )
+            .expect("read");
+            shares.push(n);
+        }
+        let r = READ_PER_WAKE;
+        assert_eq!(
+            shares,
+            [r, r, r, 5],
+            "read a share per wake, readiness kept until empty"
+        );
+        // fsid 99 has no lockspace: each answered -EEXIST, in the order read
+        let mut buf = [0u8; 128];
+        for i in 0..total {
+            let n = nix::sys::socket::recv(
+                kernel.as_raw_fd(),
+                &mut buf,
+                nix::sys::socket::MsgFlags::empty(),
+            )
+            .expect("a reply");
+            let reply = dlm_proto::kernel::PlockInfo::decode(&buf[..n]).expect("decodes");
+            assert_eq!(
+                (reply.start, reply.rv),
+                (u64::try_from(i).expect("small"), -EEXIST),
+                "{i}"
+            );
+        }
     }
 
     #[test]

@@ -256,6 +256,13 @@ impl MiscDevice {
     pub fn is_socket(&self) -> bool {
         self.socket
     }
+
+    /// One end of a `SOCK_SEQPACKET` pair as the fake kernel's plock device (tests of the
+    /// device's reader).
+    #[cfg(test)]
+    pub(crate) fn of_socket(fd: OwnedFd) -> Self {
+        Self { fd, socket: true }
+    }
 }
 
 impl AsFd for MiscDevice {
