@@ -84,6 +84,12 @@ pub(crate) async fn reader(
     }
 }
 
+/// Requests read by one system call at most: performed in place and answered before the
+/// next read, so the processes answered first run while the next are read and decided (a
+/// read of 16, all performed before the next, left the device unread while they were; C
+/// reads one per poll).
+const READ_AT_ONCE: usize = lockspace::REPLIES_EVERY;
+
 /// Requests read per wake-up at most; the device's readiness is kept, and the reader reads
 /// on after the daemon's other tasks have had a turn.
 const READ_PER_WAKE: usize = 64;
@@ -475,7 +481,7 @@ fn read_plocks(
         // latency
         let t0 = crate::clock::Stamp::now();
         let now_ms = t0.ms();
-        let room = gate.admit(ctx.limit, now_ms, dev.records_per_call());
+        let room = gate.admit(ctx.limit, now_ms, dev.records_per_call().min(READ_AT_ONCE));
         if room == 0 {
             return Ok(total);
         }
