@@ -31,7 +31,7 @@ pub enum LsCommand {
     DumpPlocks(Option<DumpJob>, bool, tokio::sync::oneshot::Sender<DumpJob>),
     /// `plock_locks_max` changed (`reload_config`; 0: no bound).
     SetLocksMax(usize),
-    /// The plock device's reader performed requests in place ([`super::direct`]) and left
+    /// The plock device's reader performed requests in place (`daemon/direct.rs`) and left
     /// the task something its turn waits for: a sync armed, messages queued.
     Wake,
 }
