@@ -487,6 +487,48 @@ fn our_tool() -> PathBuf {
     bin
 }
 
+/// Requests read while the lockspace's task is still joining are queued for it; those read
+/// once it runs are performed in place by the device's reader, but only after every one
+/// queued before them: the replies come in the order the requests were sent (a request
+/// read before the daemon knew the lockspace is answered -EEXIST at once, in its place).
+#[test]
+fn requests_sent_during_the_join_are_answered_in_order() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-joinorder-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let ns = Netns::new("joinorder").expect("netns");
+    let _d = DaemonBuilder::new(env!("CARGO_BIN_EXE_dlm_controld"), &dir)
+        .embedded()
+        .spawn(&ns.0)
+        .expect("start dlm_controld");
+    assert!(k.wait_daemon(T));
+    let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
+    assert!(k.announce("foo").expect("announce"));
+    // at once, while the task joins: each owner its own byte, none waits
+    let n = 400u64;
+    for owner in 1..=n {
+        k.send_plock(&req(PlockOp::LOCK, owner, true, false, owner, owner, fsid))
+            .expect("send");
+    }
+    let mut granted = 0;
+    for owner in 1..=n {
+        let r = reply(&k);
+        assert_eq!(r.owner, owner, "reply out of order");
+        if r.rv == 0 {
+            granted += 1;
+        } else {
+            assert_eq!(
+                (r.rv, granted),
+                (-17, 0),
+                "only before the lockspace was known"
+            );
+        }
+    }
+    assert!(granted > 0);
+    assert!(k.wait_joined("foo", T));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A lockspace left while a process still waits in F_SETLKW (a forced leave): the waiter
 /// is answered -EEXIST, as a request for a lockspace that is gone, instead of never; the
 /// holder's lock needs no answer. Every request read from the kernel gets one reply.

@@ -1,9 +1,9 @@
 //! A lockspace's shell shared by its task and the plock device's reader, so that the reader
 //! performs a request in place — decided, its reply written, its messages sent — instead of
 //! handing it to the task: one turn from read to reply, as C's loop has it (the hand-off,
-//! a channel and a task switch, was a fifth of our instructions per request). Both run on
-//! the daemon's one thread, so neither ever waits for the lock; the task holds it for each
-//! step of its turn, never across a wait.
+//! a channel and a task switch, took over a quarter of our instructions per request). Both
+//! run on the daemon's one thread, so neither ever waits for the lock; the task holds it
+//! for each step of its turn, never across a wait.
 //!
 //! A lockspace's requests keep their order: the reader performs none in place while one
 //! it queued for the task is still there (`queued`, taken down only once the task has

@@ -257,7 +257,7 @@ struct SyncTimer {
 
 /// What a turn of the task waits for besides its commands and events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) struct Waits {
+struct Waits {
     /// Messages queued or a state transfer going out: a portion per turn.
     backlog: bool,
     /// Corosync pushed back the last flush: the next after a millisecond.
