@@ -52,6 +52,15 @@ fn start(tag: &str, extra: &[&str]) -> (PathBuf, FakeKernel, Netns, Daemon, u32)
 
 /// The same with `conf` as its dlm.conf.
 fn start_with(tag: &str, extra: &[&str], conf: &str) -> (PathBuf, FakeKernel, Netns, Daemon, u32) {
+    let (dir, k, ns, d) = daemon_alone(tag, extra, conf);
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_joined("foo", T));
+    let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
+    (dir, k, ns, d, fsid)
+}
+
+/// A daemon as [`start_with`] starts it, with no lockspace yet.
+fn daemon_alone(tag: &str, extra: &[&str], conf: &str) -> (PathBuf, FakeKernel, Netns, Daemon) {
     let dir: PathBuf = std::env::temp_dir().join(format!("dlm-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let k = FakeKernel::start(&dir).expect("fake kernel");
@@ -64,10 +73,7 @@ fn start_with(tag: &str, extra: &[&str], conf: &str) -> (PathBuf, FakeKernel, Ne
         .spawn(&ns.0)
         .expect("start dlm_controld");
     assert!(k.wait_daemon(T));
-    assert!(k.announce("foo").expect("announce"));
-    assert!(k.wait_joined("foo", T));
-    let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
-    (dir, k, ns, d, fsid)
+    (dir, k, ns, d)
 }
 
 #[test]
@@ -493,15 +499,7 @@ fn our_tool() -> PathBuf {
 /// read before the daemon knew the lockspace is answered -EEXIST at once, in its place).
 #[test]
 fn requests_sent_during_the_join_are_answered_in_order() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("dlm-joinorder-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let k = FakeKernel::start(&dir).expect("fake kernel");
-    let ns = Netns::new("joinorder").expect("netns");
-    let _d = DaemonBuilder::new(env!("CARGO_BIN_EXE_dlm_controld"), &dir)
-        .embedded()
-        .spawn(&ns.0)
-        .expect("start dlm_controld");
-    assert!(k.wait_daemon(T));
+    let (dir, k, _ns, _d) = daemon_alone("joinorder", &[], "");
     let fsid = global_id(&LockspaceName::new(b"foo").expect("name"));
     assert!(k.announce("foo").expect("announce"));
     // at once, while the task joins: each owner its own byte, none waits

@@ -106,10 +106,12 @@ impl Direct {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn info() -> PlockInfo {
+    /// A non-blocking write lock of owner 1 on byte 0 of file 1 of lockspace 7 (the
+    /// reader's tests vary it).
+    pub(in crate::daemon) fn info() -> PlockInfo {
         PlockInfo {
             version: dlm_proto::kernel::PLOCK_VERSION,
             op: dlm_proto::kernel::PlockOp::LOCK,

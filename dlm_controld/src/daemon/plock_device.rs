@@ -704,20 +704,13 @@ mod tests {
         let dev = MiscDevice::of_socket(ours);
         let total = 3 * READ_PER_WAKE + 5;
         for i in 0..total {
+            let at = u64::try_from(i).expect("small");
             let info = dlm_proto::kernel::PlockInfo {
-                version: dlm_proto::kernel::PLOCK_VERSION,
-                op: dlm_proto::kernel::PlockOp::LOCK,
-                ex: true,
-                wait: false,
-                flags: dlm_proto::kernel::PlockFlags(0),
-                pid: 1,
                 nodeid: 0,
-                rv: 0,
                 fsid: 99,
-                number: 1,
-                start: u64::try_from(i).expect("small"),
-                end: u64::try_from(i).expect("small"),
-                owner: 1,
+                start: at,
+                end: at,
+                ..super::super::direct::tests::info()
             };
             nix::sys::socket::send(
                 kernel.as_raw_fd(),
