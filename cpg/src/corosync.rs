@@ -2,9 +2,10 @@
 //!
 //! Design (corosync-notes §5–6): every handle owns a heap `Inner` whose address is the C
 //! context passed to `cpg_model_initialize`; the `extern "C"` trampolines find it again
-//! with `cpg_context_get`, only append an owned [`Event`] to its queue, and run inside
-//! `catch_unwind`, so a bug there can neither unwind into C nor abort the process. No
-//! global lock exists; finalize happens in `Drop`, never from a callback.
+//! (from the dispatching thread's [`Dispatching`] mark, else with `cpg_context_get`), only
+//! append an owned [`Event`] to its queue, and run inside `catch_unwind`, so a bug there
+//! can neither unwind into C nor abort the process. No global lock exists; finalize
+//! happens in `Drop`, never from a callback.
 //!
 //! Limitations: `cpg_dispatch` keeps a 1 MiB buffer on the stack and libcpg is built
 //! without stack probes, so [`CorosyncGroup::dispatch`] must run on a thread with at least
@@ -74,20 +75,63 @@ fn c_char_from(b: u8) -> std::os::raw::c_char {
     b as std::os::raw::c_char
 }
 
+thread_local! {
+    /// The handle this thread is dispatching and its `Inner` (see [`Dispatching`]).
+    static DISPATCHING: std::cell::Cell<(sys::cpg_handle_t, *mut Inner)> =
+        const { std::cell::Cell::new((0, std::ptr::null_mut())) };
+}
+
+/// Marks, for the trampolines, which handle this thread dispatches and where its `Inner`
+/// is, for as long as one `cpg_dispatch` call runs: they find it without
+/// `cpg_context_get`, whose handle-table lookup and locks cost a delivered message ~300
+/// instructions. The mark before is put back on drop.
+struct Dispatching((sys::cpg_handle_t, *mut Inner));
+
+impl Dispatching {
+    fn mark(handle: sys::cpg_handle_t, inner: *mut Inner) -> Self {
+        Self(DISPATCHING.with(|d| d.replace((handle, inner))))
+    }
+}
+
+impl Drop for Dispatching {
+    fn drop(&mut self) {
+        DISPATCHING.with(|d| d.set(self.0));
+    }
+}
+
+/// The `Inner` of `handle`: the dispatching thread's mark when it names `handle`, else the
+/// context libcpg keeps (null when it has none).
+///
+/// # Safety
+/// `handle` must be a live handle created by [`CorosyncGroup::join`].
+unsafe fn inner_of(handle: sys::cpg_handle_t) -> *mut Inner {
+    let (marked, inner) = DISPATCHING.with(std::cell::Cell::get);
+    if marked == handle && !inner.is_null() {
+        return inner;
+    }
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    // SAFETY: handle is live (caller's contract); ctx is a valid out-pointer.
+    if unsafe { sys::cpg_context_get(handle, &raw mut ctx) } != sys::CS_OK {
+        return std::ptr::null_mut();
+    }
+    ctx.cast::<Inner>()
+}
+
 /// Runs `f` on the `Inner` of `handle`, catching any panic.
 ///
 /// # Safety
 /// `handle` must be a live handle created by [`CorosyncGroup::join`], called from within
 /// `cpg_dispatch` on it.
 unsafe fn with_inner(handle: sys::cpg_handle_t, f: impl FnOnce(&mut Inner)) {
-    let mut ctx: *mut c_void = std::ptr::null_mut();
-    // SAFETY: handle is live (caller's contract); ctx is a valid out-pointer.
-    if unsafe { sys::cpg_context_get(handle, &raw mut ctx) } != sys::CS_OK || ctx.is_null() {
+    // SAFETY: handle is live (caller's contract).
+    let ctx = unsafe { inner_of(handle) };
+    if ctx.is_null() {
         return;
     }
-    // SAFETY: the context is the `Box<Inner>` pointer set at initialisation, alive until
-    // finalize, and only reached from dispatch, which holds `&mut CorosyncGroup`.
-    let inner = unsafe { &mut *ctx.cast::<Inner>() };
+    // SAFETY: the mark and the context are both the `Box<Inner>` pointer set at join,
+    // alive until finalize, and only reached from dispatch, which holds
+    // `&mut CorosyncGroup`.
+    let inner = unsafe { &mut *ctx };
     if catch_unwind(AssertUnwindSafe(|| f(inner))).is_err() {
         inner.poisoned = true;
     }
@@ -320,8 +364,10 @@ impl CorosyncGroup {
     pub fn dispatch_some(&mut self, max: usize) -> Result<bool, CpgError> {
         check_dispatch_stack("cpg_dispatch")?;
         for _ in 0..max {
+            let mark = Dispatching::mark(self.handle, self.inner);
             // SAFETY: live handle; callbacks only touch `inner` (see with_inner).
             let rc = unsafe { sys::cpg_dispatch(self.handle, sys::CS_DISPATCH_ONE_NONBLOCKING) };
+            drop(mark);
             if self.inner().poisoned {
                 return Err(CpgError::CallbackPanicked);
             }
@@ -415,8 +461,10 @@ impl Group for CorosyncGroup {
 
     fn dispatch(&mut self) -> Result<(), CpgError> {
         check_dispatch_stack("cpg_dispatch")?;
+        let mark = Dispatching::mark(self.handle, self.inner);
         // SAFETY: live handle; callbacks only touch `inner` (see with_inner).
         let rc = unsafe { sys::cpg_dispatch(self.handle, sys::CS_DISPATCH_ALL) };
+        drop(mark);
         if self.inner().poisoned {
             return Err(CpgError::CallbackPanicked);
         }
@@ -451,5 +499,36 @@ impl std::os::fd::AsRawFd for CorosyncGroup {
     /// The libqb fd, fixed for the handle's life.
     fn as_raw_fd(&self) -> RawFd {
         self.fd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trampolines find the `Inner` of the handle being dispatched from the mark, and
+    /// only for that handle: another handle (here, none libcpg knows) goes to libcpg, which
+    /// knows no context for it; the mark before comes back when a mark ends.
+    #[test]
+    fn the_dispatching_mark_names_one_handle_for_one_call() {
+        let mut a = Inner::default();
+        let mut b = Inner::default();
+        let (pa, pb) = (&raw mut a, &raw mut b);
+        // SAFETY: no handle here is live, so libcpg's lookup fails and returns no context
+        // (what the test checks); the marked pointers outlive the marks.
+        unsafe {
+            assert!(inner_of(7).is_null());
+            let outer = Dispatching::mark(7, pa);
+            assert_eq!(inner_of(7), pa);
+            assert!(inner_of(8).is_null());
+            {
+                let _inner = Dispatching::mark(8, pb);
+                assert_eq!(inner_of(8), pb);
+                assert!(inner_of(7).is_null());
+            }
+            assert_eq!(inner_of(7), pa);
+            drop(outer);
+            assert!(inner_of(7).is_null());
+        }
     }
 }

@@ -433,11 +433,24 @@ impl LsCore {
     /// A group event. What we have not sent yet goes first: a batch is never overtaken by
     /// anything the event makes us send (our START above all).
     pub fn event(&mut self, e: &LsEnv<'_>, ev: Event) -> Vec<Action> {
-        let mut out = self.flush();
-        out.extend(self.handle_event(e, ev));
+        let mut out = Vec::new();
+        self.event_into(e, ev, &mut out);
         out
     }
 
+    /// [`Self::event`] into `out` (the shell's kept vector: a delivery allocates none).
+    pub fn event_into(&mut self, e: &LsEnv<'_>, ev: Event, out: &mut Vec<Action>) {
+        self.flush_into(out);
+        if let Event::Deliver {
+            nodeid, payload, ..
+        } = ev
+        {
+            return self.deliver(e, nodeid, &payload, out);
+        }
+        out.extend(self.handle_event(e, ev));
+    }
+
+    /// A membership event (a delivery is [`Self::deliver`]).
     fn handle_event(&mut self, e: &LsEnv<'_>, ev: Event) -> Vec<Action> {
         let env = self.env(e);
         if !matches!(ev, Event::Deliver { .. }) {
@@ -466,7 +479,9 @@ impl LsCore {
             Event::Deliver {
                 nodeid, payload, ..
             } => {
-                return self.deliver(e, nodeid, &payload);
+                let mut out = Vec::new();
+                self.deliver(e, nodeid, &payload, &mut out);
+                return out;
             }
         };
         self.perform(e, fx)
@@ -492,34 +507,32 @@ impl LsCore {
         }
     }
 
-    fn deliver(&mut self, e: &LsEnv<'_>, from: u32, payload: &[u8]) -> Vec<Action> {
+    fn deliver(&mut self, e: &LsEnv<'_>, from: u32, payload: &[u8], out: &mut Vec<Action>) {
         let (header, body) = match Message::decode(payload) {
             Ok(Message { header, body }) => (header, body),
             Err(e) => {
-                return vec![Action::Dropped {
+                return out.push(Action::Dropped {
                     from,
                     why: e.to_string(),
-                }];
+                });
             }
         };
         self.log_receive(e.now, &body);
         if let Err(why) = check_header(&header, from) {
-            return vec![Action::Dropped { from, why }];
+            return out.push(Action::Dropped { from, why });
         }
-        let mut out = Vec::new();
         match body {
             Body::Start(c) => {
                 self.generation += 1;
                 // every decision of `from` came before its START: what it owned goes back
-                self.gate(e, Item::Disown(from), &mut out);
+                self.gate(e, Item::Disown(from), out);
                 let env = self.env(e);
                 let fx = self
                     .mem
                     .handle_start(&env, from, header.flags.0, header.msgdata, &c);
                 out.extend(self.perform(e, fx));
-                return out;
             }
-            Body::Plock(info) if self.sender_is(from, &info, &mut out) => {
+            Body::Plock(info) if self.sender_is(from, &info, out) => {
                 if self.save_plocks {
                     tracing::debug!(
                         target: PLOCK_TARGET,
@@ -530,9 +543,9 @@ impl LsCore {
                     tracing::debug!(target: PLOCK_TARGET, "msg plock nodeid {from} need_plock ignore");
                 }
                 let claim = false;
-                self.gate(e, Item::Request { from, info, claim }, &mut out);
+                self.gate(e, Item::Request { from, info, claim }, out);
             }
-            Body::Native(batch) => self.deliver_native(e, from, &batch, &mut out),
+            Body::Native(batch) => self.deliver_native(e, from, &batch, out),
             // only while we wait for the state (need && save), and only from the data node
             Body::PlocksData(d)
                 if self.need_plocks && self.save_plocks && from == self.data_from =>
@@ -550,12 +563,11 @@ impl LsCore {
                     u8::from(self.save_plocks)
                 );
                 if self.need_plocks && self.save_plocks && from == self.data_from {
-                    self.receive_plocks_done(e, from, &header, &mut out);
+                    self.receive_plocks_done(e, from, &header, out);
                 }
             }
             _ => {}
         }
-        out
     }
 
     /// `receive_plocks_data`: one resource of the state a joiner waits for.
@@ -789,7 +801,7 @@ impl LsCore {
         let mut held = std::mem::take(&mut self.scratch);
         self.plocks.resource_state(number, &mut held);
         if self.writer.len() + 1 + held.len() > dlm_proto::wire::MAX_NATIVE_ENTRIES {
-            out.extend(self.flush());
+            self.flush_into(out);
         }
         let header = self.resource_info(number);
         let count = u16::try_from(held.len()).unwrap_or(u16::MAX);
@@ -834,7 +846,7 @@ impl LsCore {
                 self.send_state(number, &mut out);
             }
         }
-        out.extend(self.flush());
+        self.flush_into(&mut out);
         out
     }
 
@@ -874,7 +886,7 @@ impl LsCore {
 
     fn push_entry(&mut self, kind: NativeKind, info: &PlockInfo, out: &mut Vec<Action>) {
         if self.writer.is_full() {
-            out.extend(self.flush());
+            self.flush_into(out);
         }
         let _ = self.writer.push(&NativeEntry { kind, info: *info });
     }
@@ -882,12 +894,16 @@ impl LsCore {
     /// The NATIVE message being filled, if any, as a send: what the shell sends at the end
     /// of a loop turn that made it [`Self::batch_urgent`].
     pub fn flush(&mut self) -> Vec<Action> {
-        match self.writer.finish() {
-            Some(bytes) => {
-                self.stats.batches += 1;
-                vec![Action::Send(bytes)]
-            }
-            None => Vec::new(),
+        let mut out = Vec::new();
+        self.flush_into(&mut out);
+        out
+    }
+
+    /// [`Self::flush`] into `out`.
+    fn flush_into(&mut self, out: &mut Vec<Action>) {
+        if let Some(bytes) = self.writer.finish() {
+            self.stats.batches += 1;
+            out.push(Action::Send(bytes));
         }
     }
 

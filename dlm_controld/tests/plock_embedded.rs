@@ -238,7 +238,9 @@ fn rate_limit_paces_the_reads() {
     }
     // the first window (it opens at the first read, after `sent`) answers five; the sixth
     // is read only once that window has closed, so not before `sent` + 1 s however slowly
-    // the machine runs
+    // the machine runs — less the window's millisecond granularity: it is measured in whole
+    // milliseconds of the monotonic clock, as C's `limit_plocks` measures it, so it may end
+    // up to a millisecond early (one run in about twenty failed a bound of exactly 1 s)
     let mut numbers = Vec::new();
     let mut sixth = None;
     for i in 0..12 {
@@ -249,7 +251,7 @@ fn rate_limit_paces_the_reads() {
     }
     let sixth = sixth.expect("a sixth reply");
     assert!(
-        sixth >= Duration::from_secs(1),
+        sixth >= Duration::from_millis(998),
         "a sixth request was read within the first second ({sixth:?})"
     );
     assert_eq!(numbers, (100..112).collect::<Vec<u64>>());

@@ -667,8 +667,9 @@ impl Shell {
                 }
             }
         }
-        let actions = self.with_env(|core, env| core.event(env, ev));
-        self.perform(actions);
+        let mut a = std::mem::take(&mut self.actions);
+        self.with_env(|core, env| core.event_into(env, ev, &mut a));
+        self.perform(a);
     }
 
     /// Handles events already queued, a bounded number per loop turn (the rest come
@@ -735,7 +736,7 @@ pub(crate) async fn run(
     };
     direct.put(ls);
     let mut turn = Turn::default();
-    while direct.with(|ls| ls.core.is_left()) == Some(false) {
+    while direct.with(|ls| ls.is_left()) == Some(false) {
         if !turn_once(&direct, &mut turn, &mut commands).await {
             break;
         }
