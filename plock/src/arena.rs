@@ -5,6 +5,13 @@
 //! * a doubly linked list in insertion order, which is the C daemon's list order (dumps,
 //!   state transfer and GET's "first conflicting fragment" depend on it).
 //!
+//! A list of at most [`SMALL`] entries keeps no treap: a walk of its list answers a query
+//! for less than the treap's splits and merges cost at that size (a file that 16 processes
+//! lock in disjoint ranges spent a fifth of the daemon's instructions in them). It builds
+//! its treap when it grows past [`SMALL`] and drops it when it shrinks to [`SMALL_AGAIN`],
+//! so no sequence of requests makes it build and drop at every one; a treap's shape depends
+//! on its keys and priorities only, so a list's treap is the same whenever it was built.
+//!
 //! One arena serves every resource of a lockspace; a resource owns only a small
 //! [`ListHead`] (root, head, tail, length, sequence counter), so a resource with one lock
 //! costs one arena slot and no allocation of its own. Slots are reused through a free list.
@@ -31,6 +38,11 @@
 pub(crate) type Slot = u32;
 const NIL: Slot = u32::MAX;
 
+/// A list of at most this many entries keeps no treap (see the module's comment).
+pub(crate) const SMALL: u32 = 32;
+/// A list with a treap drops it when it shrinks to this many entries.
+pub(crate) const SMALL_AGAIN: u32 = 16;
+
 #[derive(Debug, Clone)]
 struct Node<T> {
     start: u64,
@@ -44,7 +56,8 @@ struct Node<T> {
     value: Option<T>,
 }
 
-/// The per-resource handle of one indexed list in an [`Arena`].
+/// The per-resource handle of one indexed list in an [`Arena`]. `root` is `NIL` while the
+/// list keeps no treap (empty, or small: see the module's comment).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ListHead {
     root: Slot,
@@ -392,13 +405,42 @@ impl<T> Arena<T> {
         }
         list.tail = s;
         list.len += 1;
-        self.tree_insert(list, s);
+        if list.root != NIL {
+            self.tree_insert(list, s);
+        } else if list.len > SMALL {
+            self.build_tree(list);
+        }
         s
+    }
+
+    /// Gives a small list that grew past [`SMALL`] its treap (each node is a leaf: see
+    /// [`Self::drop_tree`]).
+    fn build_tree(&mut self, list: &mut ListHead) {
+        let mut s = list.head;
+        while s != NIL {
+            self.tree_insert(list, s);
+            s = self.node(s).next;
+        }
+    }
+
+    /// Drops the treap of a list that shrank to [`SMALL_AGAIN`]: every node a leaf again.
+    fn drop_tree(&mut self, list: &mut ListHead) {
+        let mut s = list.head;
+        while s != NIL {
+            let n = self.node_mut(s);
+            n.left = NIL;
+            n.right = NIL;
+            n.max_end = n.end;
+            s = n.next;
+        }
+        list.root = NIL;
     }
 
     /// Unlinks `s` from `list` and frees its slot.
     pub(crate) fn remove(&mut self, list: &mut ListHead, s: Slot) -> T {
-        self.tree_remove(list, s);
+        if list.root != NIL {
+            self.tree_remove(list, s);
+        }
         let (prev, next) = {
             let n = self.node(s);
             (n.prev, n.next)
@@ -414,6 +456,9 @@ impl<T> Arena<T> {
             self.node_mut(next).prev = prev;
         }
         list.len -= 1;
+        if list.root != NIL && list.len <= SMALL_AGAIN {
+            self.drop_tree(list);
+        }
         self.free.push(s);
         self.node_mut(s)
             .value
@@ -423,18 +468,26 @@ impl<T> Arena<T> {
 
     /// Changes the range of `s`, keeping its place in insertion order.
     pub(crate) fn set_range(&mut self, list: &mut ListHead, s: Slot, start: u64, end: u64) {
-        self.tree_remove(list, s);
+        let treap = list.root != NIL;
+        if treap {
+            self.tree_remove(list, s);
+        }
         let n = self.node_mut(s);
         n.start = start;
         n.end = end;
         n.max_end = end;
-        self.tree_insert(list, s);
+        if treap {
+            self.tree_insert(list, s);
+        }
     }
 
     /// Pushes onto `out`, in key order, every slot of `list` overlapping `[start, end]`.
     /// An in-order walk on an explicit stack that skips subtrees whose `max_end` is below
     /// `start` and stops at the first key past `end` (every later key starts after it).
     pub(crate) fn overlapping(&self, list: &ListHead, start: u64, end: u64, out: &mut Vec<Slot>) {
+        if list.root == NIL {
+            return self.overlapping_small(list, start, end, out);
+        }
         let mut stack = WalkStack::new();
         let mut t = list.root;
         loop {
@@ -454,6 +507,35 @@ impl<T> Arena<T> {
             }
             t = n.right;
         }
+    }
+
+    /// [`Self::overlapping`] of a list without a treap: a walk of the list (insertion
+    /// order, so positions ascend), then those found put in key order by an insertion sort
+    /// on their starts that keeps equal starts in list order (at most [`SMALL`] of them; no
+    /// allocation).
+    fn overlapping_small(&self, list: &ListHead, start: u64, end: u64, out: &mut Vec<Slot>) {
+        let first = out.len();
+        let mut s = list.head;
+        while s != NIL {
+            let n = self.node(s);
+            if n.start <= end && n.end >= start {
+                out.push(s);
+            }
+            s = n.next;
+        }
+        for i in first + 1..out.len() {
+            let mut j = i;
+            while j > first && self.node(out[j - 1]).start > self.node(out[j]).start {
+                out.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+    }
+
+    /// Whether `list` keeps a treap now.
+    #[cfg(test)]
+    pub(crate) fn has_treap(list: &ListHead) -> bool {
+        list.root != NIL
     }
 
     /// The treap's depth (levels), for tests of its balance; breadth first, no recursion.
@@ -506,25 +588,55 @@ pub(crate) fn adversarial_starts(seed: u64, n: u32) -> Vec<u64> {
 mod tests {
     use super::*;
 
-    /// Brute force against the arena on a small domain, many operations.
+    /// Brute force against the arena on a small domain, many operations, the list growing
+    /// to about 1,250 entries (past [`SMALL`] early: a treap most of the time).
     #[test]
     fn matches_brute_force() {
+        let (treaps, _) = brute_force(12345, 5000, None);
+        assert!(treaps > 4000, "{treaps}");
+    }
+
+    /// The same with the list kept between 8 and 48 entries: it builds its treap past
+    /// [`SMALL`] and drops it at [`SMALL_AGAIN`] again and again, every answer as the brute
+    /// force's, in key order.
+    #[test]
+    fn small_lists_build_and_drop_their_treap() {
+        let (treaps, changes) = brute_force(777, 40_000, Some((8, 48)));
+        assert!(treaps > 4000 && treaps < 36_000, "{treaps}");
+        assert!(changes >= 20, "{changes}");
+    }
+
+    /// Runs `steps` random operations (pushes, removals, range changes; with `hover`, as many
+    /// pushes as removals between its marks, pushes below the low one, removals above the
+    /// high one) and a random query after each,
+    /// checked against a brute force: the slots, their key order, the list's order and
+    /// length. Returns after how many steps the list had a treap, and how many times it
+    /// built or dropped one.
+    fn brute_force(seed: u64, steps: u32, hover: Option<(usize, usize)>) -> (u32, u32) {
         let mut arena: Arena<u32> = Arena::new(0x5eed);
         let mut list = ListHead::default();
         let mut model: Vec<(Slot, u64, u64, u32)> = Vec::new();
-        let mut x: u64 = 12345;
+        let mut x: u64 = seed;
         let mut rnd = |n: u64| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x % n
         };
-        for i in 0..5000u32 {
+        let (mut treaps, mut changes, mut had) = (0, 0, false);
+        for i in 0..steps {
             // run out of positions now and then: the list renumbers itself
             if i % 700 == 0 {
                 list.exhaust_positions(2);
             }
-            match rnd(4) {
+            // with `hover`, a walk as likely to push as to remove between the marks
+            let op = match hover {
+                Some((lo, _)) if model.len() < lo => 0,
+                Some((_, hi)) if model.len() > hi => 2,
+                Some(_) => [0, 2, 3][rnd(3) as usize],
+                None => rnd(4),
+            };
+            match op {
                 0 | 1 => {
                     let a = rnd(64);
                     let b = a + rnd(16);
@@ -552,6 +664,8 @@ mod tests {
             };
             let mut got = Vec::new();
             arena.overlapping(&list, qs, qe, &mut got);
+            let keys: Vec<(u64, u32)> = got.iter().map(|&s| arena.key(s)).collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "step {i}: {keys:?}");
             got.sort_unstable();
             let mut want: Vec<Slot> = model
                 .iter()
@@ -564,7 +678,14 @@ mod tests {
             let want_order: Vec<u32> = model.iter().map(|m| m.3).collect();
             assert_eq!(order, want_order);
             assert_eq!(list.len(), model.len());
+            let treap = Arena::<u32>::has_treap(&list);
+            assert!(!treap || list.len() > SMALL_AGAIN as usize, "step {i}");
+            assert!(treap || list.len() <= SMALL as usize, "step {i}");
+            treaps += u32::from(treap);
+            changes += u32::from(treap != had);
+            had = treap;
         }
+        (treaps, changes)
     }
 
     fn fill(arena: &mut Arena<u32>, list: &mut ListHead, order: &[u64]) {
