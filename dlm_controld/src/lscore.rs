@@ -441,23 +441,13 @@ impl LsCore {
     /// [`Self::event`] into `out` (the shell's kept vector: a delivery allocates none).
     pub fn event_into(&mut self, e: &LsEnv<'_>, ev: Event, out: &mut Vec<Action>) {
         self.flush_into(out);
-        if let Event::Deliver {
-            nodeid, payload, ..
-        } = ev
-        {
-            return self.deliver(e, nodeid, &payload, out);
-        }
-        out.extend(self.handle_event(e, ev));
-    }
-
-    /// A membership event (a delivery is [`Self::deliver`]).
-    fn handle_event(&mut self, e: &LsEnv<'_>, ev: Event) -> Vec<Action> {
         let env = self.env(e);
-        if !matches!(ev, Event::Deliver { .. }) {
-            self.generation += 1;
-        }
         let fx = match ev {
+            Event::Deliver {
+                nodeid, payload, ..
+            } => return self.deliver(e, nodeid, &payload, out),
             Event::Totem { ring, .. } => {
+                self.generation += 1;
                 self.ring = ring.seq;
                 let env = self.env(e);
                 self.mem.handle_totem(&env, ring.seq)
@@ -467,6 +457,7 @@ impl LsCore {
                 left,
                 joined,
             } => {
+                self.generation += 1;
                 let cc = crate::confchg::Confchg::of(&members, &left, &joined);
                 crate::log::log_config(
                     &format!("dlm:ls:{}", self.name.to_str_lossy()),
@@ -476,15 +467,8 @@ impl LsCore {
                 );
                 self.mem.handle_confchg(&env, &cc)
             }
-            Event::Deliver {
-                nodeid, payload, ..
-            } => {
-                let mut out = Vec::new();
-                self.deliver(e, nodeid, &payload, &mut out);
-                return out;
-            }
         };
-        self.perform(e, fx)
+        out.extend(self.perform(e, fx));
     }
 
     /// `deliver_cb`: validated as C does (sender, negotiated major.minor); anything else is

@@ -88,6 +88,11 @@ impl ListHead {
         self.len == 0
     }
 
+    /// Whether the list keeps a treap now (not while small: see the module's comment).
+    pub(crate) fn has_treap(&self) -> bool {
+        self.root != NIL
+    }
+
     /// The first entry in insertion order (NIL when empty).
     pub(crate) fn head(&self) -> Slot {
         self.head
@@ -405,7 +410,7 @@ impl<T> Arena<T> {
         }
         list.tail = s;
         list.len += 1;
-        if list.root != NIL {
+        if list.has_treap() {
             self.tree_insert(list, s);
         } else if list.len > SMALL {
             self.build_tree(list);
@@ -438,7 +443,7 @@ impl<T> Arena<T> {
 
     /// Unlinks `s` from `list` and frees its slot.
     pub(crate) fn remove(&mut self, list: &mut ListHead, s: Slot) -> T {
-        if list.root != NIL {
+        if list.has_treap() {
             self.tree_remove(list, s);
         }
         let (prev, next) = {
@@ -456,7 +461,7 @@ impl<T> Arena<T> {
             self.node_mut(next).prev = prev;
         }
         list.len -= 1;
-        if list.root != NIL && list.len <= SMALL_AGAIN {
+        if list.has_treap() && list.len <= SMALL_AGAIN {
             self.drop_tree(list);
         }
         self.free.push(s);
@@ -468,7 +473,7 @@ impl<T> Arena<T> {
 
     /// Changes the range of `s`, keeping its place in insertion order.
     pub(crate) fn set_range(&mut self, list: &mut ListHead, s: Slot, start: u64, end: u64) {
-        let treap = list.root != NIL;
+        let treap = list.has_treap();
         if treap {
             self.tree_remove(list, s);
         }
@@ -482,10 +487,11 @@ impl<T> Arena<T> {
     }
 
     /// Pushes onto `out`, in key order, every slot of `list` overlapping `[start, end]`.
-    /// An in-order walk on an explicit stack that skips subtrees whose `max_end` is below
-    /// `start` and stops at the first key past `end` (every later key starts after it).
+    /// With a treap, an in-order walk on an explicit stack that skips subtrees whose
+    /// `max_end` is below `start` and stops at the first key past `end` (every later key
+    /// starts after it); without one, [`Self::overlapping_small`].
     pub(crate) fn overlapping(&self, list: &ListHead, start: u64, end: u64, out: &mut Vec<Slot>) {
-        if list.root == NIL {
+        if !list.has_treap() {
             return self.overlapping_small(list, start, end, out);
         }
         let mut stack = WalkStack::new();
@@ -530,12 +536,6 @@ impl<T> Arena<T> {
                 j -= 1;
             }
         }
-    }
-
-    /// Whether `list` keeps a treap now.
-    #[cfg(test)]
-    pub(crate) fn has_treap(list: &ListHead) -> bool {
-        list.root != NIL
     }
 
     /// The treap's depth (levels), for tests of its balance; breadth first, no recursion.
@@ -678,7 +678,7 @@ mod tests {
             let want_order: Vec<u32> = model.iter().map(|m| m.3).collect();
             assert_eq!(order, want_order);
             assert_eq!(list.len(), model.len());
-            let treap = Arena::<u32>::has_treap(&list);
+            let treap = list.has_treap();
             assert!(!treap || list.len() > SMALL_AGAIN as usize, "step {i}");
             assert!(treap || list.len() <= SMALL as usize, "step {i}");
             treaps += u32::from(treap);
