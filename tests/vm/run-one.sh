@@ -7,7 +7,9 @@
 # cannot boot a stock kernel). Build first: build-image.sh. CEILING=1: after plocks.py, its
 # pairs once more against plock_answer (the daemon stopped), the guest's ceiling;
 # CEILING=variants: against each of plock_answer's ways (poll, tokio, tokio-handoff,
-# poll-engine), twice: the cost of the skeleton alone, and of our engine in C's loop.
+# poll-engine), twice: the cost of the skeleton alone, and of our engine in C's loop;
+# CEILING_WAYS="<way> ...": those ways in that order (poll-pages:N and poll-calls:N among
+# them: what a page and a call of a request path cost under emulation).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 DAEMON=${DAEMON:-rust}
@@ -17,12 +19,16 @@ need=no
 prepare_share "$RUN" $need 1:127.0.0.1
 echo "$DAEMON" >"$RUN/share/conf/daemon1"
 # CEILING=1: after plocks.py, its pairs again against plock_answer (the daemon stopped)
+[[ -n ${CEILING_WAYS:-} ]] && CEILING=${CEILING:-1}
 if [[ ${CEILING:-0} == 1 || ${CEILING:-0} == variants ]]; then
     (cd "$repo" && cargo build -q --release -p dlm-tests --bin plock_answer)
     cp "$repo/target/release/plock_answer" "$RUN/share/bin/"
     touch "$RUN/share/conf/ceiling"
     [[ $CEILING == variants ]] && touch "$RUN/share/conf/ceiling_variants"
+    [[ -n ${CEILING_WAYS:-} ]] && echo "$CEILING_WAYS" >"$RUN/share/conf/ceiling_ways"
 fi
+# RENICE=<n>: the daemon's main thread at nice n once it runs (an experiment)
+[[ -n ${RENICE:-} ]] && echo "$RENICE" >"$RUN/share/conf/renice"
 # DLMCONF: more dlm.conf lines (e.g. plock_ownership=1 for Debian's daemon)
 [[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G

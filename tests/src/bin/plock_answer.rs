@@ -15,7 +15,12 @@
 //! engine (`dlm_plock`, one table per fsid, the requests as a one-node lockspace's own) and
 //! writing its replies: what a loop of that shape with our engine in it, and none of the
 //! daemon's bookkeeping, would reach. What separates them is the cost of the skeleton alone
-//! and of the engine (`CEILING=variants`).
+//! and of the engine (`CEILING=variants`). Two calibrations price what a request path is
+//! made of under emulation: `poll-pages:N` is `poll` writing one byte to each of N pages of
+//! its own per request (what each page a request touches costs after the address-space
+//! switch before it), `poll-calls:N` (N up to 256) is `poll` making N calls per request, each
+//! from a call site of its own to a function of its own, all within a few pages of code
+//! (what each distinct return costs); `CEILING_WAYS` of `run-one.sh` picks the ways.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -32,6 +37,8 @@ enum How {
     Tokio,
     TokioHandoff,
     PollEngine,
+    PollPages(usize),
+    PollCalls(usize),
 }
 
 impl How {
@@ -41,13 +48,22 @@ impl How {
             Some("tokio") => Some(Self::Tokio),
             Some("tokio-handoff") => Some(Self::TokioHandoff),
             Some("poll-engine") => Some(Self::PollEngine),
-            Some(_) => None,
+            Some(other) => {
+                let (way, n) = other.split_once(':')?;
+                let n = n.parse().ok()?;
+                match way {
+                    "poll-pages" => Some(Self::PollPages(n)),
+                    "poll-calls" if n <= calls::MAX => Some(Self::PollCalls(n)),
+                    _ => None,
+                }
+            }
         }
     }
 }
 
 fn main() -> ExitCode {
-    let usage = "usage: plock_answer <plock device> [poll|tokio|tokio-handoff|poll-engine]";
+    let usage = "usage: plock_answer <plock device> \
+                 [poll|tokio|tokio-handoff|poll-engine|poll-pages:N|poll-calls:N]";
     let Some(path) = std::env::args_os().nth(1) else {
         eprintln!("{usage}");
         return ExitCode::FAILURE;
@@ -84,6 +100,8 @@ fn serve(dev: std::fs::File, how: How) -> std::io::Result<u64> {
     match how {
         How::Poll => serve_poll(&dev, &mut Answer::Granted),
         How::PollEngine => serve_poll(&dev, &mut Answer::Engine(Engine::new())),
+        How::PollPages(n) => serve_poll(&dev, &mut Answer::Pages(vec![0; n * PAGE])),
+        How::PollCalls(n) => serve_poll(&dev, &mut Answer::Calls(n)),
         How::Tokio | How::TokioHandoff => tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()?
@@ -115,11 +133,16 @@ fn serve_poll(mut dev: &std::fs::File, how: &mut Answer) -> std::io::Result<u64>
     }
 }
 
-/// How a request is answered: granted as it is, or decided by our engine.
+/// How a request is answered: granted as it is, or decided by our engine; or granted
+/// after touching pages of a buffer, or after calls.
 enum Answer {
     Granted,
     Engine(Engine),
+    Pages(Vec<u8>),
+    Calls(usize),
 }
+
+const PAGE: usize = 4096;
 
 /// Our plock engine's tables, one per fsid, with this node as node 1 (the `nodeid` each
 /// request is given, as the daemon gives its own).
@@ -137,6 +160,17 @@ impl Answer {
         match self {
             Self::Granted => out.extend(answer(record)),
             Self::Engine(e) => e.decide(record, out),
+            Self::Pages(buf) => {
+                for page in buf.chunks_mut(PAGE) {
+                    page[0] = page[0].wrapping_add(1);
+                }
+                std::hint::black_box(&buf);
+                out.extend(answer(record));
+            }
+            Self::Calls(n) => {
+                std::hint::black_box(calls::make(*n, record.len() as u64));
+                out.extend(answer(record));
+            }
         }
     }
 }
@@ -163,6 +197,35 @@ impl Engine {
         // a request that names node 1 from node 1 is never refused
         let _ = table.apply(now_ms, 1, &info, &mut self.decided);
         out.extend(self.decided.drain(..).map(|r| r.info.encode()));
+    }
+}
+
+/// `poll-calls:N`: the first N of 256 calls, each from a call site of its own to a function
+/// of its own.
+mod calls {
+    pub(super) const MAX: usize = 256;
+
+    #[inline(never)]
+    fn leaf<const I: u64>(x: u64) -> u64 {
+        std::hint::black_box(x.rotate_left(1) ^ I)
+    }
+
+    macro_rules! chain {
+        ($n:ident, $x:ident; $($i:literal)*) => {
+            $(
+                if $i >= $n {
+                    return $x;
+                }
+                $x = leaf::<$i>($x);
+            )*
+        };
+    }
+
+    #[inline(never)]
+    pub(super) fn make(n: usize, mut x: u64) -> u64 {
+        let n = n as u64;
+        chain!(n, x; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127 128 129 130 131 132 133 134 135 136 137 138 139 140 141 142 143 144 145 146 147 148 149 150 151 152 153 154 155 156 157 158 159 160 161 162 163 164 165 166 167 168 169 170 171 172 173 174 175 176 177 178 179 180 181 182 183 184 185 186 187 188 189 190 191 192 193 194 195 196 197 198 199 200 201 202 203 204 205 206 207 208 209 210 211 212 213 214 215 216 217 218 219 220 221 222 223 224 225 226 227 228 229 230 231 232 233 234 235 236 237 238 239 240 241 242 243 244 245 246 247 248 249 250 251 252 253 254 255);
+        x
     }
 }
 
@@ -319,7 +382,15 @@ mod tests {
         close.flags = PlockFlags(PlockFlags::CLOSE);
         let mut unlock = dlm_tests::closed_loop::request(3, 78, step(PlockOp::UNLOCK, 2));
         unlock.rv = -2;
-        for how in [How::Poll, How::Tokio, How::TokioHandoff, How::PollEngine] {
+        let ways = [
+            How::Poll,
+            How::Tokio,
+            How::TokioHandoff,
+            How::PollEngine,
+            How::PollPages(3),
+            How::PollCalls(calls::MAX),
+        ];
+        for how in ways {
             let (replies, answered) = exchange(how, &[lock, close, unlock], 2);
             // the engine's replies name this node, as the daemon's do
             let nodeid = if how == How::PollEngine { 1 } else { 0 };
@@ -327,6 +398,34 @@ mod tests {
             assert_eq!(replies, expected, "{how:?}: in order, the close unanswered");
             assert_eq!(answered, 2, "{how:?}");
         }
+    }
+
+    #[test]
+    fn ways_parse_with_their_counts() {
+        assert_eq!(How::parse(None), Some(How::Poll));
+        assert_eq!(How::parse(Some("poll-pages:64")), Some(How::PollPages(64)));
+        assert_eq!(
+            How::parse(Some("poll-calls:256")),
+            Some(How::PollCalls(256))
+        );
+        assert_eq!(
+            How::parse(Some("poll-calls:257")),
+            None,
+            "only 256 call sites"
+        );
+        assert_eq!(How::parse(Some("poll-pages:x")), None);
+        assert_eq!(How::parse(Some("poll-engine:3")), None);
+        assert_eq!(How::parse(Some("select")), None);
+    }
+
+    #[test]
+    fn calls_make_as_many_calls_as_asked() {
+        // each leaf rotates once and xors its index: n calls are n steps of that, in order
+        for n in 0..=calls::MAX {
+            let expected = (0..n as u64).fold(0x5eed_u64, |x, i| x.rotate_left(1) ^ i);
+            assert_eq!(calls::make(n, 0x5eed), expected, "{n} calls");
+        }
+        assert_ne!(calls::make(3, 0x5eed), calls::make(4, 0x5eed));
     }
 
     #[test]

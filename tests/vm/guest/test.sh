@@ -47,6 +47,8 @@ mount -t gfs2 /dev/vdb /mnt
 t4=$(ms)
 echo "mount_ms $((t4 - t3))" >>$OUT/times.txt
 ctool ls
+# /host/conf/renice (an experiment): the daemon's main thread at that nice value
+[ -f /host/conf/renice ] && renice -n "$(cat /host/conf/renice)" -p "$(pgrep -o -x dlm_controld)"
 threads before
 PAIRS_MARK=$OUT/pairs_start python3 /host/guest/plocks.py /mnt >$OUT/plocks.txt 2>&1
 echo "plocks.py exit $?" >>$OUT/plocks.txt
@@ -61,6 +63,7 @@ if [ -f /host/conf/ceiling ] && [ "${main:-0}" -gt 0 ]; then
     # CEILING=variants: each way of plock_answer, twice, into ceilings.txt
     ways=poll
     [ -f /host/conf/ceiling_variants ] && ways="poll tokio tokio-handoff poll-engine poll tokio tokio-handoff poll-engine"
+    [ -f /host/conf/ceiling_ways ] && ways=$(cat /host/conf/ceiling_ways)
     for way in $ways; do
         /host/bin/plock_answer /dev/misc/dlm_plock $way >$OUT/answer.txt 2>&1 &
         answer=$!
@@ -68,9 +71,10 @@ if [ -f /host/conf/ceiling ] && [ "${main:-0}" -gt 0 ]; then
         timeout -s KILL 60 python3 /host/guest/plocks.py /mnt pairs >$OUT/ceiling.txt 2>&1
         # its context switches: how often a reply's process ran before the next read
         switches=$(awk '/ctxt_switches/ { printf "%s %s ", $1, $2 }' /proc/$answer/status)
+        cpu=$(awk '{ printf "user_ticks %s sys_ticks %s", $14, $15 }' /proc/$answer/stat)
         kill "$answer"
         wait "$answer" 2>/dev/null
-        echo "$way $(grep pairs_per_s $OUT/ceiling.txt) $switches" >>$OUT/ceilings.txt
+        echo "$way $(grep pairs_per_s $OUT/ceiling.txt) $switches$cpu $(grep process_us $OUT/ceiling.txt)" >>$OUT/ceilings.txt
     done
     kill -CONT "$main"
 fi
