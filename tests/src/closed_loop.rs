@@ -73,7 +73,12 @@ pub fn start_daemon_of(
                 std::fs::create_dir_all(&etc).ok()?;
                 std::fs::write(etc.join("dlm.conf"), conf).ok()?;
             }
-            let bin = std::env::current_exe().ok()?.parent()?.join("dlm_controld");
+            // `VS_DAEMON_BIN=<path>`: another binary (a wrapper that runs ours under a
+            // profiler: tests/prof/callgrind.sh); ours next to this executable otherwise
+            let bin = match std::env::var_os("VS_DAEMON_BIN") {
+                Some(b) => std::path::PathBuf::from(b),
+                None => std::env::current_exe().ok()?.parent()?.join("dlm_controld"),
+            };
             crate::start_daemon_on_corosync(ns, &bin, root, k, &[])
         }
         Daemons::CDefault => crate::start_c_daemon(ns, shim, k, &["-f", "0"], log),
