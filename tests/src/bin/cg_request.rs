@@ -1,8 +1,9 @@
 //! `cg_request FILE REQUESTS-FN [TOP]`: what one request costs in a callgrind profile taken
 //! with `--dump-instr=yes --collect-jumps=yes` (`tests/prof/callgrind.sh`), per request:
-//! instructions run, distinct instructions (each run at least every other request), calls,
-//! calls and jumps to another page, and pages of code, by object; then the functions with
-//! the most distinct instructions. Requests are the calls of every function whose name
+//! instructions run, distinct instructions (each counted once in a request that runs it:
+//! one run every other request counts a half), calls, calls and jumps to another page, and
+//! pages of code (those holding an instruction run at least every other request), by
+//! object; then the functions with the most distinct instructions. Requests are the calls of every function whose name
 //! contains REQUESTS-FN (`=NAME`: named exactly NAME).
 //!
 //! Under TCG a request's price follows its distinct code (each translated block runs
@@ -217,24 +218,27 @@ impl Profile {
             .sum()
     }
 
-    /// Per object (heaviest first) and per function: what runs, and what runs at least
-    /// once every other request (distinct).
+    /// Per object (heaviest first) and per function: what runs, and how much of it a
+    /// request runs at least once (distinct).
     fn tally(&self, requests: u64) -> Tallies {
         let mut objects: HashMap<usize, Tally> = HashMap::new();
-        let mut functions: HashMap<usize, u64> = HashMap::new();
+        let mut functions: HashMap<usize, f64> = HashMap::new();
         for (&(object, at), &(runs, function)) in &self.runs {
             let t = objects.entry(object).or_default();
             t.runs += runs;
+            // once per request at most: what one request runs of it
+            #[allow(clippy::cast_precision_loss)]
+            let share = (runs as f64 / requests as f64).min(1.0);
+            t.distinct += share;
+            *functions.entry(function).or_default() += share;
             if runs.saturating_mul(2) >= requests {
-                t.distinct += 1;
                 t.pages.insert(at >> PAGE_BITS);
-                *functions.entry(function).or_default() += 1;
             }
         }
         let mut objects: Vec<_> = objects.into_iter().collect();
         objects.sort_by_key(|(o, t)| (std::cmp::Reverse(t.runs), *o));
         let mut functions: Vec<_> = functions.into_iter().collect();
-        functions.sort_by_key(|&(f, d)| (std::cmp::Reverse(d), f));
+        functions.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         (objects, functions)
     }
 
@@ -262,7 +266,7 @@ impl Profile {
         total.write(&mut out, "total");
         let _ = writeln!(out, "distinct instructions by function:");
         for (f, d) in functions.into_iter().take(top) {
-            let _ = writeln!(out, "{d:>6} {}", self.functions.name(f));
+            let _ = writeln!(out, "{d:>7.1} {}", self.functions.name(f));
         }
         out
     }
@@ -270,13 +274,13 @@ impl Profile {
 
 /// Objects with their tallies (heaviest first), functions with their distinct
 /// instructions (most first).
-type Tallies = (Vec<(usize, Tally)>, Vec<(usize, u64)>);
+type Tallies = (Vec<(usize, Tally)>, Vec<(usize, f64)>);
 
 /// One object's instructions: run in all, distinct, and the pages those are on.
 #[derive(Debug, Default)]
 struct Tally {
     runs: u64,
-    distinct: u64,
+    distinct: f64,
     pages: std::collections::BTreeSet<u64>,
 }
 
@@ -284,7 +288,7 @@ struct Tally {
 #[derive(Debug, Default)]
 struct Row {
     instr: f64,
-    distinct: u64,
+    distinct: f64,
     calls: f64,
     far_calls: f64,
     far_jumps: f64,
@@ -318,7 +322,7 @@ impl Row {
         use std::fmt::Write as _;
         let _ = writeln!(
             out,
-            "{name:<28} {:>9.0} {:>9} {:>7.1} {:>9.1} {:>9.1} {:>6}",
+            "{name:<28} {:>9.0} {:>9.0} {:>7.1} {:>9.1} {:>9.1} {:>6}",
             self.instr, self.distinct, self.calls, self.far_calls, self.far_jumps, self.pages
         );
     }
@@ -398,8 +402,8 @@ fn=(3)
         assert_eq!(flow.far_calls, 4, "a page away, and another object");
         assert_eq!(flow.far_jumps, 1, "the jump to 0x4000, taken once");
         let report = p.report(2, 10);
-        // daemon: 2 + 2 + 2 + 2 + 1 = 9 instructions (4.5 a request), 5 distinct (0x3005
-        // runs every other request), on 2 pages
+        // daemon: 2 + 2 + 2 + 2 + 1 = 9 instructions (4.5 a request), 4.5 distinct (0x3005
+        // runs in every other request), on 2 pages
         assert!(report.contains("daemon"), "{report}");
         let row = report
             .lines()
@@ -408,12 +412,13 @@ fn=(3)
         let fields: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(
             fields[1..],
-            ["4", "5", "2.0", "2.0", "0.5", "2"],
+            ["4", "4", "2.0", "2.0", "0.5", "2"],
             "{report}"
         );
         let libc_row = report.lines().find(|l| l.starts_with("libc")).expect("row");
         assert!(libc_row.split_whitespace().nth(1) == Some("3"), "{report}");
-        assert!(report.contains("     3 handle"), "{report}");
+        assert!(report.contains("    2.5 handle"), "{report}");
+        assert!(report.contains("    2.0 main"), "{report}");
     }
 
     #[test]
