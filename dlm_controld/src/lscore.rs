@@ -441,7 +441,6 @@ impl LsCore {
     /// [`Self::event`] into `out` (the shell's kept vector: a delivery allocates none).
     pub fn event_into(&mut self, e: &LsEnv<'_>, ev: Event, out: &mut Vec<Action>) {
         self.flush_into(out);
-        let env = self.env(e);
         let fx = match ev {
             Event::Deliver {
                 nodeid, payload, ..
@@ -465,6 +464,7 @@ impl LsCore {
                     &cc.joined,
                     &cc.gone(),
                 );
+                let env = self.env(e);
                 self.mem.handle_confchg(&env, &cc)
             }
         };

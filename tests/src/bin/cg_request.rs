@@ -128,79 +128,115 @@ enum Pending {
     },
 }
 
+/// Two addresses on different pages: the emulator looks the next block up between them.
+fn far(a: u64, b: u64) -> bool {
+    a >> PAGE_BITS != b >> PAGE_BITS
+}
+
+/// Where the reading of a profile stands: the object and function its cost lines are of,
+/// the callee the next call line names, the last position, and a call or jump line waiting
+/// for its source position.
+struct Reader {
+    object: usize,
+    function: usize,
+    call_object: Option<usize>,
+    call_function: usize,
+    last: u64,
+    pending: Option<Pending>,
+}
+
+impl Reader {
+    /// One line of the profile into `p`.
+    fn line(&mut self, p: &mut Profile, line: &str) -> Result<(), String> {
+        if let Some(v) = line.strip_prefix("ob=") {
+            self.object = p.objects.resolve(v);
+        } else if let Some(v) = line.strip_prefix("cob=") {
+            self.call_object = Some(p.objects.resolve(v));
+        } else if let Some(v) = line.strip_prefix("fn=") {
+            self.function = p.functions.resolve(v);
+        } else if let Some(v) = line.strip_prefix("cfn=") {
+            self.call_function = p.functions.resolve(v);
+        } else if let Some(v) = line.strip_prefix("calls=") {
+            let mut f = v.split_whitespace();
+            let count = f.next().and_then(|c| c.parse().ok()).ok_or("bad calls=")?;
+            let target = position(f.next().ok_or("calls= without a target")?, self.last)?;
+            self.pending = Some(Pending::Call {
+                count,
+                target,
+                object: self.call_object.take().unwrap_or(self.object),
+                function: self.call_function,
+            });
+        } else if let Some(v) = line
+            .strip_prefix("jump=")
+            .or_else(|| line.strip_prefix("jcnd="))
+        {
+            let mut f = v.split_whitespace();
+            // jcnd=<taken>/<executed>: the jumps taken
+            let taken = f.next().and_then(|c| c.split('/').next());
+            let count = taken.and_then(|c| c.parse().ok()).ok_or("bad jump=")?;
+            let target = position(f.next().ok_or("jump= without a target")?, self.last)?;
+            self.pending = Some(Pending::Jump { count, target });
+        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            self.cost(p, line)?;
+        }
+        Ok(())
+    }
+
+    /// A cost line: its instruction's position (`0x…`, `+n`, `-n`, `*`), its line number,
+    /// then the instructions run there; after a call or jump line, that line's source.
+    fn cost(&mut self, p: &mut Profile, line: &str) -> Result<(), String> {
+        let mut f = line.split_whitespace();
+        let at = position(f.next().unwrap_or("*"), self.last)?;
+        self.last = at;
+        match self.pending.take() {
+            Some(Pending::Call {
+                count,
+                target,
+                object,
+                function,
+            }) => {
+                let flow = p.flow.entry(self.object).or_default();
+                flow.calls += count;
+                if object != self.object || far(target, at) {
+                    flow.far_calls += count;
+                }
+                *p.calls_to.entry(function).or_default() += count;
+            }
+            Some(Pending::Jump { count, target }) => {
+                if far(target, at) {
+                    p.flow.entry(self.object).or_default().far_jumps += count;
+                }
+            }
+            None => {
+                let ir = f.nth(1).and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
+                let e = p
+                    .runs
+                    .entry((self.object, at))
+                    .or_insert((0, self.function));
+                e.0 += ir;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Profile {
     fn parse(text: &str) -> Result<Self, String> {
         let mut p = Self::default();
         if !text.lines().any(|l| l.trim() == "positions: instr line") {
             return Err("not a profile with --dump-instr=yes (positions: instr line)".into());
         }
-        let (mut object, mut function) = (p.objects.resolve("?"), p.functions.resolve("?"));
-        let mut call_object = None;
-        let mut call_function = function;
-        let mut last = 0u64;
-        let mut pending: Option<Pending> = None;
+        let unknown = p.functions.resolve("?");
+        let mut r = Reader {
+            object: p.objects.resolve("?"),
+            function: unknown,
+            call_object: None,
+            call_function: unknown,
+            last: 0,
+            pending: None,
+        };
         for line in text.lines() {
-            let line = line.trim_end();
-            if let Some(v) = line.strip_prefix("ob=") {
-                object = p.objects.resolve(v);
-            } else if let Some(v) = line.strip_prefix("cob=") {
-                call_object = Some(p.objects.resolve(v));
-            } else if let Some(v) = line.strip_prefix("fn=") {
-                function = p.functions.resolve(v);
-            } else if let Some(v) = line.strip_prefix("cfn=") {
-                call_function = p.functions.resolve(v);
-            } else if let Some(v) = line.strip_prefix("calls=") {
-                let mut f = v.split_whitespace();
-                let count = f.next().and_then(|c| c.parse().ok()).ok_or("bad calls=")?;
-                let target = position(f.next().ok_or("calls= without a target")?, last)?;
-                pending = Some(Pending::Call {
-                    count,
-                    target,
-                    object: call_object.take().unwrap_or(object),
-                    function: call_function,
-                });
-            } else if let Some(v) = line
-                .strip_prefix("jump=")
-                .or_else(|| line.strip_prefix("jcnd="))
-            {
-                let mut f = v.split_whitespace();
-                // jcnd=<taken>/<executed>: the jumps taken
-                let taken = f.next().and_then(|c| c.split('/').next());
-                let count = taken.and_then(|c| c.parse().ok()).ok_or("bad jump=")?;
-                let target = position(f.next().ok_or("jump= without a target")?, last)?;
-                pending = Some(Pending::Jump { count, target });
-            } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
-                // a cost line: its instruction's position (`0x…`, `+n`, `-n`, `*`) first
-                let mut f = line.split_whitespace();
-                let at = position(f.next().unwrap_or("*"), last)?;
-                last = at;
-                match pending.take() {
-                    Some(Pending::Call {
-                        count,
-                        target,
-                        object: to,
-                        function: callee,
-                    }) => {
-                        let flow = p.flow.entry(object).or_default();
-                        flow.calls += count;
-                        if to != object || target >> PAGE_BITS != at >> PAGE_BITS {
-                            flow.far_calls += count;
-                        }
-                        *p.calls_to.entry(callee).or_default() += count;
-                    }
-                    Some(Pending::Jump { count, target }) => {
-                        if target >> PAGE_BITS != at >> PAGE_BITS {
-                            p.flow.entry(object).or_default().far_jumps += count;
-                        }
-                    }
-                    None => {
-                        // the line number, then the instructions run here
-                        let ir = f.nth(1).and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
-                        let e = p.runs.entry((object, at)).or_insert((0, function));
-                        e.0 += ir;
-                    }
-                }
-            }
+            r.line(&mut p, line.trim_end())?;
         }
         Ok(p)
     }

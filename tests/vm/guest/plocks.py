@@ -38,8 +38,10 @@ def pairs():
     c1 = os.times()
     print("pairs_per_s %.1f" % (n / el), flush=True)
     # this process's own CPU per pair (the rest of a pair is the daemon's and the idle)
-    us = lambda a, b: (b - a) * 1e6 / max(n, 1)
-    print("process_us_per_pair user %.1f sys %.1f" % (us(c0.user, c1.user), us(c0.system, c1.system)), flush=True)
+    def us(a, b):
+        return (b - a) * 1e6 / max(n, 1)
+    print("process_us_per_pair user %.1f sys %.1f"
+          % (us(c0.user, c1.user), us(c0.system, c1.system)), flush=True)
 
 
 if len(sys.argv) > 2 and sys.argv[2] == "pairs":
