@@ -189,7 +189,7 @@ metrics! {
     /// tasks' turn instead of sleeping: looks that found requests, and that found none.
     plock_looks: IntCounterVec = counter_vec(
         "dlm_plock_looks_total",
-        "On one CPU, the plock device looked at again after the daemon's other tasks had their turn instead of sleeping: outcome request (a reactor turn saved) or none",
+        "On one CPU, the plock device looked at again after its reader gave up the CPU once instead of sleeping: outcome request (a sleep and a wake-up saved) or none",
         ["outcome"]
     );
     /// What the plock device's reader has learned for its spin, in µs: the gap from the

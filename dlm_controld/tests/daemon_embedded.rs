@@ -552,9 +552,9 @@ fn a_configfs_error_does_not_stop_a_leave() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The daemon's threads: its one thread (the main task, the lockspaces, the plock device),
-/// the log writer, the local sockets on a thread of their own with its own runtime, so
-/// that no query waits behind plock work, and the main loop's tick.
+/// The daemon's threads: its one thread (the main task, the lockspaces), the plock
+/// device's reader, the log writer, the local sockets on a thread of their own with its
+/// own runtime, so that no query waits behind plock work, and the main loop's tick.
 #[test]
 fn the_local_sockets_have_a_thread_of_their_own() {
     let dir = root("threads");
@@ -575,7 +575,9 @@ fn the_local_sockets_have_a_thread_of_their_own() {
     let deadline = std::time::Instant::now() + T;
     let all_up = || {
         let n = names();
-        n.contains(&"dlm_clients".to_owned()) && n.contains(&"dlm_tick".to_owned())
+        ["dlm_clients", "dlm_tick", "dlm_plock"]
+            .iter()
+            .all(|t| n.iter().any(|x| x == t))
     };
     while !all_up() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -587,10 +589,11 @@ fn the_local_sockets_have_a_thread_of_their_own() {
             "dlm_conns",
             "dlm_controld",
             "dlm_log",
+            "dlm_plock",
             "dlm_tick"
         ],
         "the clients thread and its connections' thread, the daemon's one thread, the log \
-         writer, the tick"
+         writer, the plock device's reader, the tick"
     );
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,9 +1,11 @@
 //! A lockspace's shell shared by its task and the plock device's reader, so that the reader
 //! performs a request in place — decided, its reply written, its messages sent — instead of
 //! handing it to the task: one turn from read to reply, as C's loop has it (the hand-off,
-//! a channel and a task switch, took over a quarter of our instructions per request). Both
-//! run on the daemon's one thread, so neither ever waits for the lock; the task holds it
-//! for each step of its turn, never across a wait.
+//! a channel and a task switch, took over a quarter of our instructions per request). The
+//! reader has a thread of its own (`plock_device.rs`): a request decided locally never
+//! wakes the daemon's runtime. The task holds the lock for each step of its turn, never
+//! across a wait, and the reader for one request or one turn's end, so either waits for
+//! the other at most one step.
 //!
 //! A lockspace's requests keep their order: the reader performs none in place while one
 //! it queued for the task is still there (`queued`, taken down only once the task has
@@ -71,17 +73,15 @@ impl Direct {
         self.queued.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The reader performs `info` (read at `t0`) in place, unless a request it queued
-    /// earlier still waits for the task, the task is not running, or it is busy (on another
-    /// thread; never on the daemon's one). `false`: queue it instead. Its reply is written
+    /// The reader performs `info` (read at `t0`) in place (after the task's step under way,
+    /// if one is), unless a request it queued earlier still waits for the task or the task
+    /// is not running. `false`: queue it instead. Its reply is written
     /// at the next [`Self::after`].
     pub(super) fn perform(&self, info: &PlockInfo, t0: Stamp) -> bool {
         if self.queued.load(Ordering::Acquire) != 0 {
             return false;
         }
-        let Ok(mut guard) = self.shell.try_lock() else {
-            return false;
-        };
+        let mut guard = self.lock();
         let Some(ls) = guard.as_mut().filter(|ls| !ls.is_left()) else {
             return false;
         };

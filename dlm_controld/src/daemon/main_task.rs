@@ -140,7 +140,7 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         st.our,
         &fsids,
         &registry,
-    );
+    )?;
     let (kick_tx, kicks) = mpsc::unbounded_channel();
     let (done_tx, done) = mpsc::unbounded_channel::<String>();
     let ctx = LsContext {
@@ -348,15 +348,14 @@ where
     })
 }
 
-/// The plock device's reader task (when plocks are enabled); its failure comes back on
-/// the channel and ends the daemon.
 /// `plock_spin_us` as dlm.conf says, in µs.
 fn spin_us_of(file: &crate::config::ConfFile) -> u64 {
     u64::try_from(super::PlockConf::of(file).spin.as_micros()).unwrap_or(0)
 }
 
-/// The plock device's reader, with its rate limit (follows `set_config` and
-/// `reload_config`) and spin window (follows `reload_config`).
+/// The plock device's reader on its thread (when plocks are enabled), with its rate limit
+/// (follows `set_config` and `reload_config`) and spin window (follows `reload_config`);
+/// its failure comes back on the channel and ends the daemon.
 fn spawn_reader(
     device: Option<&Arc<MiscDevice>>,
     (limit, spin_us): (
@@ -366,22 +365,21 @@ fn spawn_reader(
     our: u32,
     fsids: &plock_device::Fsids,
     registry: &query::Registry,
-) -> mpsc::UnboundedReceiver<DaemonError> {
+) -> Result<mpsc::UnboundedReceiver<DaemonError>, DaemonError> {
     let (tx, rx) = mpsc::unbounded_channel();
     if let Some(d) = device {
-        let reader = plock_device::reader(
-            d.clone(),
-            limit.clone(),
-            spin_us.clone(),
+        let conf = plock_device::ReaderConf {
+            device: d.clone(),
+            limit: limit.clone(),
+            spin_us: spin_us.clone(),
             our,
-            fsids.clone(),
-            registry.clone(),
-        );
-        tokio::spawn(async move {
-            let _ = tx.send(reader.await);
-        });
+            fsids: fsids.clone(),
+            registry: registry.clone(),
+        };
+        plock_device::spawn(conf, tokio::runtime::Handle::current(), tx)
+            .map_err(|e| DaemonError::Io("plock reader thread", e))?;
     }
-    rx
+    Ok(rx)
 }
 
 impl Daemon<'_> {

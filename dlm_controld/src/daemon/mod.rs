@@ -194,9 +194,10 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     if !o.on(crate::config::Opt::Foreground) && !o.on(crate::config::Opt::DaemonDebug) {
         nix::unistd::daemon(false, false).map_err(|e| DaemonError::Io("daemon(3)", e.into()))?;
     }
-    // one thread for the main task, the lockspaces and the plock device, as C's one loop
-    // (the local sockets on a thread of their own, main_task::spawn_clients): a request's
-    // hand-offs never cross threads, and a current-thread scheduler costs less per wake-up
+    // one thread for the main task and the lockspaces, as C's one loop (the plock device's
+    // reader on a thread of its own that performs requests in place, plock_device::spawn;
+    // the local sockets on another, main_task::spawn_clients): a lockspace's hand-offs
+    // never cross threads, and a current-thread scheduler costs less per wake-up
     // than one worker beside block_on's thread (docs/BENCHMARKS.md: 1.13x on the contended
     // C-compatible row, 13.0 against 15.6 us of daemon CPU per op); a second worker took the
     // CPU corosync needs (one worker was 1.2-1.4x two on the C-compatible rows)

@@ -1,15 +1,16 @@
-//! The plock device's reader: its own task beside the lockspace tasks on the daemon's one
-//! thread, so a request's hand-off to its lockspace's task is a wake-up in the same
-//! scheduler, never a futex.
+//! The plock device's reader: a thread of its own (`dlm_plock`) that sleeps in `poll` on
+//! the device, as C's loop does, and performs each request in place under its lockspace's
+//! shell (`direct.rs`), so a process locking alone is answered without the daemon's
+//! runtime waking at all; requests it cannot perform in place go to their lockspace's task
+//! on the daemon's thread.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use super::lockspace::Direct;
@@ -19,68 +20,79 @@ use crate::kernel::{MiscDevice, Records};
 /// fsid → lockspace name, shared by the main task (joins, ends) and the reader.
 pub(crate) type Fsids = Arc<std::sync::RwLock<BTreeMap<u32, Arc<str>>>>;
 
-/// Reads the plock device until it fails (the daemon then ends with the error).
-pub(crate) async fn reader(
-    device: Arc<MiscDevice>,
-    limit: Arc<AtomicI64>,
-    spin_us: Arc<AtomicU64>,
-    our: u32,
-    fsids: Fsids,
-    registry: query::Registry,
-) -> DaemonError {
-    let dev = device.clone();
-    // SAFETY: the Arc keeps the device (and its descriptor) open for as long as the
-    // AsyncFd that owns this clone of it.
-    let fd = match unsafe {
-        AsyncFd::register_with_interest(PlockFd(device), tokio::io::Interest::READABLE)
-    } {
-        Ok(fd) => fd,
-        Err(e) => return DaemonError::Io("plock device registration", e.into()),
-    };
+/// What the reader is given: the device, the options a reload changes, our node id and
+/// where requests go.
+pub(crate) struct ReaderConf {
+    pub(crate) device: Arc<MiscDevice>,
+    pub(crate) limit: Arc<AtomicI64>,
+    pub(crate) spin_us: Arc<AtomicU64>,
+    pub(crate) our: u32,
+    pub(crate) fsids: Fsids,
+    pub(crate) registry: query::Registry,
+}
+
+/// Starts the reader's thread; it reads the device until it fails, and that error is sent
+/// on `failed` (the daemon then ends with it). The thread enters `runtime` so that what a
+/// request performed in place arms (a lockspace's timers) reaches the daemon's reactor.
+pub(crate) fn spawn(
+    conf: ReaderConf,
+    runtime: tokio::runtime::Handle,
+    failed: mpsc::UnboundedSender<DaemonError>,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("dlm_plock".into())
+        .spawn(move || {
+            let _rt = runtime.enter();
+            let _ = failed.send(reader(&conf));
+        })
+        .map(drop)
+}
+
+/// Reads the plock device until it fails.
+fn reader(conf: &ReaderConf) -> DaemonError {
+    let dev = &*conf.device;
     let mut gate = DeviceGate::new();
     // one batch for the reader's life: a read does not clear 2 KiB first
     let mut batch = Records::default();
     let mut routes = Routes::default();
-    let mut spinner = Spinner::new(spin_us);
+    let mut spinner = Spinner::new(conf.spin_us.clone());
     loop {
         if !gate.open() {
-            gate.closed().await;
+            gate.wait_closed();
             gate.reopen();
             continue;
         }
-        let mut guard = match fd.readable().await {
-            Ok(g) => g,
-            Err(e) => return DaemonError::Io("plock device", e),
-        };
+        if let Err(e) = readable(dev) {
+            return DaemonError::Io("plock device", e);
+        }
         let mut ctx = ReadCtx {
-            limit: limit.load(Ordering::Relaxed),
-            our,
-            fsids: &fsids,
-            registry: &registry,
+            limit: conf.limit.load(Ordering::Relaxed),
+            our: conf.our,
+            fsids: &conf.fsids,
+            registry: &conf.registry,
             routes: &mut routes,
         };
-        let read = read_plocks(
-            &dev,
-            &mut || guard.clear_ready(),
-            &mut gate,
-            &mut batch,
-            &mut ctx,
-        );
-        drop(guard);
-        match read {
+        match read_plocks(dev, &mut gate, &mut batch, &mut ctx) {
             Err(e) => return e,
-            Ok(0) => {}
-            // more wait on the device: the other tasks first
-            Ok(n) if n >= READ_PER_WAKE => tokio::task::yield_now().await,
+            // a spurious wake-up, or more waiting (read again at once)
+            Ok(0) | Ok(READ_PER_WAKE..) => {}
             Ok(_) => {
-                if let Err(e) = spinner
-                    .after_wake(&dev, &mut gate, &mut batch, &mut ctx)
-                    .await
-                {
+                if let Err(e) = spinner.after_wake(dev, &mut gate, &mut batch, &mut ctx) {
                     return e;
                 }
             }
         }
+    }
+}
+
+/// Sleeps until the device has a request (`poll`, as C's loop; a signal's interruption
+/// is a wake-up like another).
+fn readable(dev: &MiscDevice) -> io::Result<()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(dev.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::NONE) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -90,12 +102,9 @@ pub(crate) async fn reader(
 /// reads one per poll).
 const READ_AT_ONCE: usize = lockspace::REPLIES_EVERY;
 
-/// Requests read per wake-up at most; the device's readiness is kept, and the reader reads
-/// on after the daemon's other tasks have had a turn.
+/// Requests read per wake-up at most; then the device is polled again (it is still
+/// readable), so a reload's new options and the gate are looked at between shares.
 const READ_PER_WAKE: usize = 64;
-
-/// A spinning reader looks at the machine's load again every this many turns.
-const LOAD_EVERY: u32 = 32;
 
 /// The reader's spin ([`super::spin`]): its window, which a reload may change, what it
 /// reads to see whether CPUs are free, and its counters.
@@ -175,10 +184,10 @@ impl Spinner {
         super::spin::cpu_to_spare(runnable, self.cpus)
     }
 
-    /// After a wake-up that found requests: reads on, giving the daemon's other tasks
-    /// their turns in between, while requests keep coming within the window and no other
-    /// task wants the CPU; where no window is (one CPU, or none native), the look.
-    async fn after_wake(
+    /// After a wake-up that found requests: reads on while requests keep coming within
+    /// the window and no other thread wants the CPU; where no window is (one CPU, or none
+    /// native), the look.
+    fn after_wake(
         &mut self,
         dev: &MiscDevice,
         gate: &mut DeviceGate,
@@ -190,32 +199,36 @@ impl Spinner {
             if !std::mem::replace(&mut self.published_off, true) {
                 self.publish(most);
             }
-            return self.look(dev, gate, batch, ctx).await;
+            return self.look(dev, gate, batch, ctx);
         }
         self.published_off = false;
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         self.state.woke(now, most);
         let Some(mut until) = self.state.idle(now, most) else {
             self.publish(most);
             return Ok(());
         };
         let window = self.state.window(most);
-        let mut turns = 0u32;
+        let mut load_at = now;
         while gate.open() {
-            // the machine's load at the start and every few turns after
-            if turns % LOAD_EVERY == 0 && !self.cpu_to_spare() {
-                self.busy.inc();
-                self.state.wanted();
-                break;
+            // the machine's load at the start and once a window after (the process whose
+            // turn it is counts as runnable while it runs: a look between its request and
+            // its reply would take it for another task)
+            let t = Instant::now();
+            if t >= load_at {
+                if !self.cpu_to_spare() {
+                    self.busy.inc();
+                    self.state.wanted();
+                    break;
+                }
+                load_at = t + window;
             }
-            turns = turns.wrapping_add(1);
-            tokio::task::yield_now().await;
             if !self.yield_cpu(window) {
                 self.state.wanted();
                 break;
             }
-            let n = read_plocks(dev, &mut || {}, gate, batch, ctx)?;
-            let now = std::time::Instant::now();
+            let n = read_plocks(dev, gate, batch, ctx)?;
+            let now = Instant::now();
             if n > 0 {
                 self.found.inc();
                 self.state.found(now);
@@ -237,14 +250,14 @@ impl Spinner {
     }
 
     /// On one CPU, with some lockspace native, where no spin runs (it would hold the CPU
-    /// the process needs): a reply's wake-up lets its process run at once, ahead of the
-    /// daemon's thread, until its next request is queued; so the device is looked at
-    /// again once the other tasks have had their turn (the replies are written then),
-    /// instead of a sleep in the reactor, and again after each look that finds requests.
-    /// A look that finds none backs off as a missed spin window does
-    /// ([`super::spin::BackOff`]) and leaves the reactor's readiness as it is: the request
-    /// that comes next is reported by the reactor as before.
-    async fn look(
+    /// the process needs): a reply's wake-up lets its process run ahead of the reader
+    /// until its next request is queued; so the reader gives up the CPU once and then
+    /// looks at the device again instead of sleeping in `poll`, and again after each look
+    /// that finds requests, up to [`READ_PER_WAKE`] requests (then the device is polled
+    /// again, and a reload's options taken). A look that finds none backs off as a missed
+    /// spin window does ([`super::spin::BackOff`]); the next request then wakes the
+    /// reader's `poll`.
+    fn look(
         &mut self,
         dev: &MiscDevice,
         gate: &mut DeviceGate,
@@ -254,23 +267,26 @@ impl Spinner {
         if self.cpus > 1 || !lockspace::any_native() || !self.look.allows() {
             return Ok(());
         }
-        while gate.open() {
-            BehindTheOthers(false).await;
-            if read_plocks(dev, &mut || {}, gate, batch, ctx)? == 0 {
+        let mut read = 0;
+        while gate.open() && read < READ_PER_WAKE {
+            std::thread::yield_now();
+            let n = read_plocks(dev, gate, batch, ctx)?;
+            if n == 0 {
                 self.look.missed();
                 self.looks[1].inc();
                 break;
             }
+            read += n;
             self.look.reset();
             self.looks[0].inc();
         }
         Ok(())
     }
 
-    /// Gives this CPU to any task waiting for it; `false` (the spin given up until the
+    /// Gives this CPU to any thread waiting for it; `false` (the spin given up until the
     /// next wake-up) when one took it for more than half a window.
     fn yield_cpu(&mut self, window: Duration) -> bool {
-        let yielded = std::time::Instant::now();
+        let yielded = Instant::now();
         std::thread::yield_now();
         if yielded.elapsed() > window / 2 {
             self.busy.inc();
@@ -280,40 +296,11 @@ impl Spinner {
     }
 }
 
-/// Pending once, the task woken at once: it goes behind every task already woken (the
-/// lockspace tasks it handed requests to) without the reactor being asked first, as
-/// `tokio::task::yield_now` asks it (one system call).
-struct BehindTheOthers(bool);
-
-impl Future for BehindTheOthers {
-    type Output = ();
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        if std::mem::replace(&mut self.0, true) {
-            return std::task::Poll::Ready(());
-        }
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    }
-}
-
-struct PlockFd(Arc<MiscDevice>);
-
-impl AsRawFd for PlockFd {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsFd;
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
 /// When the plock device may be read: `plock_rate_limit` (`limit_plocks`) and the backlog
 /// bound ([`lockspace::BACKLOG_MAX`]). While it is closed the kernel queues the requests.
 struct DeviceGate {
     rate: crate::rate::RateLimit,
-    paused_until: Option<tokio::time::Instant>,
+    paused_until: Option<Instant>,
     backlogged: bool,
 }
 
@@ -333,17 +320,16 @@ impl DeviceGate {
     /// A look at the backlog again this long after it was over the bound.
     const BACKLOG_RECHECK: Duration = Duration::from_millis(10);
 
-    /// Until it may open again: the rate pause's end, or the next look at the backlog (a
-    /// fixed instant, so other events of the loop do not postpone it).
-    async fn closed(&self) {
-        match self.paused_until {
-            Some(t) => tokio::time::sleep_until(t).await,
-            None => std::future::pending().await,
+    /// Sleeps until it may open again: the rate pause's end, or the next look at the
+    /// backlog (every closing sets one of them).
+    fn wait_closed(&self) {
+        if let Some(t) = self.paused_until {
+            std::thread::sleep(t.saturating_duration_since(Instant::now()));
         }
     }
 
     fn reopen(&mut self) {
-        let now = tokio::time::Instant::now();
+        let now = Instant::now();
         if self.paused_until.is_some_and(|t| now >= t) {
             self.paused_until = None;
         }
@@ -362,14 +348,14 @@ impl DeviceGate {
         if room == 0 {
             crate::metrics::get().plock_read_pauses.inc();
             self.backlogged = true;
-            self.paused_until = Some(tokio::time::Instant::now() + Self::BACKLOG_RECHECK);
+            self.paused_until = Some(Instant::now() + Self::BACKLOG_RECHECK);
             return 0;
         }
         match self.rate.admit_up_to(limit, now, room as u64) {
             Ok(n) => usize::try_from(n).unwrap_or(room),
             Err(resume) => {
                 let wait = Duration::from_millis(resume.saturating_sub(now));
-                self.paused_until = Some(tokio::time::Instant::now() + wait);
+                self.paused_until = Some(Instant::now() + wait);
                 0
             }
         }
@@ -464,12 +450,10 @@ impl Routes {
 
 /// Every request queued on the device, per wakeup (C reads one per poll), up to
 /// [`MiscDevice::records_per_call`] per system call and [`READ_PER_WAKE`] in all, while
-/// the gate lets; readiness is kept for after a pause (`clear_ready` forgets it once the
-/// device is empty). A read that brings fewer records than it had room for emptied the
+/// the gate lets. A read that brings fewer records than it had room for emptied the
 /// device. Returns how many were read.
 fn read_plocks(
     dev: &MiscDevice,
-    clear_ready: &mut dyn FnMut(),
     gate: &mut DeviceGate,
     batch: &mut Records,
     ctx: &mut ReadCtx<'_>,
@@ -497,19 +481,17 @@ fn read_plocks(
                     return Err(eof());
                 }
                 if n < room {
-                    clear_ready();
                     return Ok(total);
                 }
                 // performed in place, the requests leave no backlog that would close the
-                // gate: processes answered at once keep the device full, and the daemon's
-                // other tasks (deliveries, queries, the main loop) must have their turn
+                // gate: processes answered at once keep the device full, and the gate and
+                // a reload's options are looked at between shares
                 if total >= READ_PER_WAKE {
                     return Ok(total);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 gate.unused(room);
-                clear_ready();
                 return Ok(total);
             }
             Err(e) => return Err(DaemonError::Io("plock device", e)),
@@ -687,13 +669,14 @@ mod tests {
         assert!(matches!(rx2.try_recv(), Ok(LsCommand::Leave)));
     }
 
-    /// A device that stays full is read [`READ_PER_WAKE`] requests at a time, its
-    /// readiness kept, so the daemon's other tasks have their turn in between (requests
+    /// A device that stays full is read [`READ_PER_WAKE`] requests at a time, so the gate
+    /// and a reload's options are looked at in between (requests
     /// performed in place leave no backlog that would stop the reads); each is answered, in
     /// order.
     #[test]
     fn a_full_device_is_read_a_share_per_wake() {
         use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+        use std::os::fd::AsRawFd;
         let (ours, kernel) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -733,22 +716,12 @@ mod tests {
                 registry: &reg,
                 routes: &mut routes,
             };
-            let n = read_plocks(
-                &dev,
-                &mut || cleared = true,
-                &mut gate,
-                &mut batch,
-                &mut ctx,
-            )
-            .expect("read");
+            let n = read_plocks(&dev, &mut gate, &mut batch, &mut ctx).expect("read");
+            cleared = n < READ_PER_WAKE;
             shares.push(n);
         }
         let r = READ_PER_WAKE;
-        assert_eq!(
-            shares,
-            [r, r, r, 5],
-            "read a share per wake, readiness kept until empty"
-        );
+        assert_eq!(shares, [r, r, r, 5], "read a share per wake until empty");
         // fsid 99 has no lockspace: each answered -EEXIST, in the order read
         let mut buf = [0u8; 128];
         for i in 0..total {
