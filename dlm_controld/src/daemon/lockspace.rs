@@ -674,6 +674,16 @@ impl Shell {
 
     /// Handles events already queued, a bounded number per loop turn (the rest come
     /// through `next_event`), so a flood of deliveries does not starve queries.
+    /// The group's next event, handled as soon as it is taken.
+    fn next_event(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), dlm_cpg::CpgError>> {
+        let ev = std::task::ready!(self.group.poll_next_event(cx))?;
+        self.event(ev);
+        std::task::Poll::Ready(Ok(()))
+    }
+
     fn drain(&mut self) {
         for _ in 0..EVENTS_PER_TURN {
             let Some(ev) = self.group.poll_event() else {
@@ -796,16 +806,14 @@ async fn turn_once(
             }
             None => return false,
         },
+        // an event is handled under the lock it was taken under: the device's reader,
+        // on its own thread, handles the events queued after it at its turn's end
+        // (`Shell::drain`), and must never handle them before it
         ev = std::future::poll_fn(|cx| {
-            direct.with(|ls| ls.group.poll_next_event(cx)).unwrap_or(Poll::Pending)
-        }) => match ev {
-            Ok(ev) => {
-                direct.with(|ls| ls.event(ev));
-            }
-            Err(e) => {
-                tracing::error!("{e}");
-                return false;
-            }
+            direct.with(|ls| ls.next_event(cx)).unwrap_or(Poll::Pending)
+        }) => if let Err(e) = ev {
+            tracing::error!("{e}");
+            return false;
         },
         // a backlog (a big state transfer, a storm): a portion per turn, right away
         // after a full portion, a millisecond after corosync's TRY_AGAIN; events,
