@@ -121,6 +121,38 @@ struct Storm {
 }
 
 impl Storm {
+    /// Three corosync nodes named after `name`, our daemon on a fake kernel each (with
+    /// `conf` as its dlm.conf when not empty), every one a member of lockspace `foo`.
+    fn joined(name: &str, conf: &str) -> Self {
+        let c = Cluster::start(name, 3);
+        let base = std::env::temp_dir().join(format!("dlm-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let kernels: Vec<Arc<FakeKernel>> = (1..=3)
+            .map(|k| Arc::new(FakeKernel::start(&base.join(format!("n{k}"))).expect("kernel")))
+            .collect();
+        if !conf.is_empty() {
+            for k in &kernels {
+                let etc = k.root().join("etc/dlm");
+                std::fs::create_dir_all(&etc).expect("etc/dlm");
+                std::fs::write(etc.join("dlm.conf"), conf).expect("dlm.conf");
+            }
+        }
+        let mut s = Self {
+            c,
+            base,
+            kernels,
+            daemons: vec![None, None, None],
+        };
+        for k in 1..=3 {
+            s.start_daemon(k);
+        }
+        for k in 1..=3 {
+            s.join(k);
+        }
+        s.wait_members(&[1, 2, 3], &[1, 2, 3]);
+        s
+    }
+
     fn start_daemon(&mut self, k: usize) {
         let d = start_daemon_on_corosync(
             &self.c.node_ns(k),
@@ -222,25 +254,7 @@ impl Drop for Storm {
 
 #[test]
 fn storm_with_a_node_killed_rebooted_and_a_chain_of_rejoins() {
-    let c = Cluster::start("storm", 3);
-    let base = std::env::temp_dir().join(format!("dlm-storm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let kernels = (1..=3)
-        .map(|k| Arc::new(FakeKernel::start(&base.join(format!("n{k}"))).expect("fake kernel")))
-        .collect();
-    let mut s = Storm {
-        c,
-        base,
-        kernels,
-        daemons: vec![None, None, None],
-    };
-    for k in 1..=3 {
-        s.start_daemon(k);
-    }
-    for k in 1..=3 {
-        s.join(k);
-    }
-    s.wait_members(&[1, 2, 3], &[1, 2, 3]);
+    let mut s = Storm::joined("storm", "");
     // node 2 holds 100,000 locks on inodes of their own: node 3's rejoin below receives
     // them all by state transfer while the storm goes on
     let many = (0..BIG).map(|i| foo_request(PlockOp::LOCK, 7, 1000 + i, false, 0, 0));
@@ -338,30 +352,7 @@ fn storm_with_a_node_killed_rebooted_and_a_chain_of_rejoins() {
 /// tables differ (found by `vs_c3`'s contended C-compatible case).
 #[test]
 fn a_c_compatible_storm_keeps_one_table() {
-    let c = Cluster::start("stormc", 3);
-    let base = std::env::temp_dir().join(format!("dlm-stormc-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let kernels: Vec<Arc<FakeKernel>> = (1..=3)
-        .map(|k| Arc::new(FakeKernel::start(&base.join(format!("n{k}"))).expect("fake kernel")))
-        .collect();
-    for k in &kernels {
-        let etc = k.root().join("etc/dlm");
-        std::fs::create_dir_all(&etc).expect("etc/dlm");
-        std::fs::write(etc.join("dlm.conf"), "plock_native=0\n").expect("dlm.conf");
-    }
-    let mut s = Storm {
-        c,
-        base,
-        kernels,
-        daemons: vec![None, None, None],
-    };
-    for k in 1..=3 {
-        s.start_daemon(k);
-    }
-    for k in 1..=3 {
-        s.join(k);
-    }
-    s.wait_members(&[1, 2, 3], &[1, 2, 3]);
+    let s = Storm::joined("stormc", "plock_native=0\n");
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (1..=3u64)
         .map(|node| {
