@@ -27,7 +27,8 @@ if [[ ${CEILING:-0} == 1 || ${CEILING:-0} == variants ]]; then
     [[ $CEILING == variants ]] && touch "$RUN/share/conf/ceiling_variants"
     [[ -n ${CEILING_WAYS:-} ]] && echo "$CEILING_WAYS" >"$RUN/share/conf/ceiling_ways"
 fi
-# RENICE=<n>: the daemon's main thread at nice n once it runs (an experiment)
+# RENICE=<n>: the daemon's thread that reads the plock device (ours: dlm_plock) at nice n
+# once it runs (an experiment)
 [[ -n ${RENICE:-} ]] && echo "$RENICE" >"$RUN/share/conf/renice"
 # DLMCONF: more dlm.conf lines (e.g. plock_ownership=1 for Debian's daemon)
 [[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"

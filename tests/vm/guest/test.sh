@@ -47,8 +47,16 @@ mount -t gfs2 /dev/vdb /mnt
 t4=$(ms)
 echo "mount_ms $((t4 - t3))" >>$OUT/times.txt
 ctool ls
-# /host/conf/renice (an experiment): the daemon's main thread at that nice value
-[ -f /host/conf/renice ] && renice -n "$(cat /host/conf/renice)" -p "$(pgrep -o -x dlm_controld)"
+# /host/conf/renice (an experiment): the daemon's thread that reads the plock device (ours:
+# dlm_plock; C's: its one thread) at that nice value
+if [ -f /host/conf/renice ]; then
+    dpid=$(pgrep -o -x dlm_controld)
+    tid=$dpid
+    for t in /proc/$dpid/task/*; do
+        [ "$(cat $t/comm)" = dlm_plock ] && tid=${t##*/}
+    done
+    renice -n "$(cat /host/conf/renice)" -p "$tid"
+fi
 threads before
 PAIRS_MARK=$OUT/pairs_start python3 /host/guest/plocks.py /mnt >$OUT/plocks.txt 2>&1
 echo "plocks.py exit $?" >>$OUT/plocks.txt
