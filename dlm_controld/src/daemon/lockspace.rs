@@ -672,8 +672,6 @@ impl Shell {
         self.perform(a);
     }
 
-    /// Handles events already queued, a bounded number per loop turn (the rest come
-    /// through `next_event`), so a flood of deliveries does not starve queries.
     /// The group's next event, handled as soon as it is taken.
     fn next_event(
         &mut self,
@@ -684,6 +682,8 @@ impl Shell {
         std::task::Poll::Ready(Ok(()))
     }
 
+    /// Handles events already queued, a bounded number per loop turn (the rest come
+    /// through `next_event`), so a flood of deliveries does not starve queries.
     fn drain(&mut self) {
         for _ in 0..EVENTS_PER_TURN {
             let Some(ev) = self.group.poll_event() else {

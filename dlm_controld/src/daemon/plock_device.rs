@@ -212,8 +212,8 @@ impl Spinner {
         let mut load_at = now;
         while gate.open() {
             // the machine's load at the start and once a window after (the process whose
-            // turn it is counts as runnable while it runs: a look between its request and
-            // its reply would take it for another task)
+            // turn it is counts as runnable while it runs: a look every few reads fell in
+            // its turn and took it for another task wanting the CPU)
             let t = Instant::now();
             if t >= load_at {
                 if !self.cpu_to_spare() {
