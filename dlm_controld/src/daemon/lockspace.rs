@@ -798,8 +798,9 @@ async fn turn_once(
                     direct.command(cmd, &mut t.leave);
                     if i % REPLIES_EVERY == 0 {
                         direct.with(Shell::write_replies);
-                        // the device's reader reads what they send next, which joins
-                        // this batch
+                        // the daemon's other tasks have their turn; what those processes
+                        // send next meanwhile joins this batch (the reader, on its own
+                        // thread, queues behind the requests still waiting here)
                         tokio::task::yield_now().await;
                     }
                 }
