@@ -35,13 +35,25 @@ pub(crate) enum Flush {
 #[derive(Debug)]
 pub(crate) enum ClusterGroup {
     Embedded(EmbeddedGroup),
+    /// Dispatched by its task on the daemon's runtime.
     Corosync(AsyncCorosyncGroup),
+    /// A lockspace's group dispatched by the plock device's reader on its thread
+    /// (`plock_device.rs`), as C's one loop polls the device and the groups: not
+    /// registered with the runtime, so a delivery wakes one thread, the reader.
+    Polled(CorosyncGroup),
 }
 
 impl ClusterGroup {
     /// Joins `name` (bytes with the NUL counted) as node `our`, asking for the initial
     /// totem ring. Retries corosync's TRY_AGAIN every 100 ms (C: every second, blocking).
-    pub(crate) async fn join(embedded: bool, our: u32, name: &[u8]) -> Result<Self, CpgError> {
+    /// With `polled`, a corosync group is left to the plock device's reader to dispatch
+    /// ([`Self::Polled`]).
+    pub(crate) async fn join(
+        embedded: bool,
+        our: u32,
+        name: &[u8],
+        polled: bool,
+    ) -> Result<Self, CpgError> {
         if embedded {
             return Ok(Self::Embedded(EmbeddedGroup::join(
                 our,
@@ -54,6 +66,7 @@ impl ClusterGroup {
         let mut exist_tries = 0;
         loop {
             match CorosyncGroup::join(name, true) {
+                Ok(g) if polled => return Ok(Self::Polled(g)),
                 Ok(g) => return Ok(Self::Corosync(AsyncCorosyncGroup::new(g)?)),
                 Err(CpgError::TryAgain) => tokio::time::sleep(Duration::from_millis(100)).await,
                 Err(CpgError::Call {
@@ -67,45 +80,49 @@ impl ClusterGroup {
         }
     }
 
+    /// The corosync group, whoever dispatches it.
+    fn corosync(&mut self) -> Option<&mut CorosyncGroup> {
+        match self {
+            Self::Embedded(_) => None,
+            Self::Corosync(g) => Some(g.group()),
+            Self::Polled(g) => Some(g),
+        }
+    }
+
     pub(crate) fn mcast(&mut self, bytes: &[u8]) -> Result<(), CpgError> {
         match self {
             Self::Embedded(g) => g.mcast(bytes),
             Self::Corosync(g) => g.group().mcast(bytes),
+            Self::Polled(g) => g.mcast(bytes),
         }
     }
 
     /// Queues a message behind the backlog without sending it now (the tail of a long
     /// burst: a state transfer must not hold the task in thousands of IPC calls).
     pub(crate) fn enqueue(&mut self, bytes: Vec<u8>) -> Result<(), CpgError> {
-        match self {
-            Self::Embedded(g) => g.mcast(&bytes),
-            Self::Corosync(g) => g.group().enqueue(bytes),
+        match self.corosync() {
+            Some(g) => g.enqueue(bytes),
+            None => self.mcast(&bytes),
         }
     }
 
     /// Sends at most `max` queued messages, without waiting.
     pub(crate) fn flush_some(&mut self, max: usize) -> Result<Flush, CpgError> {
-        match self {
-            Self::Embedded(_) => Ok(Flush::Empty),
-            Self::Corosync(g) => {
-                let g = g.group();
-                Ok(if g.flush_some(max)? {
-                    Flush::Empty
-                } else if g.pushed_back() {
-                    Flush::PushedBack
-                } else {
-                    Flush::Budget
-                })
-            }
-        }
+        let Some(g) = self.corosync() else {
+            return Ok(Flush::Empty);
+        };
+        Ok(if g.flush_some(max)? {
+            Flush::Empty
+        } else if g.pushed_back() {
+            Flush::PushedBack
+        } else {
+            Flush::Budget
+        })
     }
 
     /// Sends everything queued, without waiting: `Ok(true)` when nothing is left.
     pub(crate) fn try_flush(&mut self) -> Result<bool, CpgError> {
-        match self {
-            Self::Embedded(_) => Ok(true),
-            Self::Corosync(g) => g.group().flush(),
-        }
+        self.corosync().map_or(Ok(true), |g| g.flush())
     }
 
     /// Messages corosync has not taken yet.
@@ -113,6 +130,7 @@ impl ClusterGroup {
         match self {
             Self::Embedded(g) => g.send_queue_len(),
             Self::Corosync(g) => g.group().send_queue_len(),
+            Self::Polled(g) => g.send_queue_len(),
         }
     }
 
@@ -123,6 +141,7 @@ impl ClusterGroup {
                 Ok(())
             }
             Self::Corosync(g) => g.group().leave(),
+            Self::Polled(g) => g.leave(),
         }
     }
 
@@ -131,6 +150,7 @@ impl ClusterGroup {
         match self {
             Self::Embedded(g) => g.poll_event(),
             Self::Corosync(g) => g.group().poll_event(),
+            Self::Polled(g) => g.poll_event(),
         }
     }
 
@@ -140,7 +160,8 @@ impl ClusterGroup {
     }
 
     /// The next event as a poll, the task woken when corosync has one (the embedded group
-    /// never produces events by itself, so it stays pending there).
+    /// never produces events by itself, nor does a group the plock device's reader
+    /// dispatches, so they stay pending there).
     pub(crate) fn poll_next_event(
         &mut self,
         cx: &mut std::task::Context<'_>,
@@ -150,6 +171,24 @@ impl ClusterGroup {
                 .poll_event()
                 .map_or(std::task::Poll::Pending, |e| std::task::Poll::Ready(Ok(e))),
             Self::Corosync(g) => g.poll_next_event(cx),
+            Self::Polled(_) => std::task::Poll::Pending,
+        }
+    }
+
+    /// The fd the plock device's reader polls for a [`Self::Polled`] group.
+    pub(crate) fn polled_fd(&self) -> Option<std::os::fd::RawFd> {
+        match self {
+            Self::Polled(g) => g.as_raw_fd().ok(),
+            _ => None,
+        }
+    }
+
+    /// A [`Self::Polled`] group's deliveries, at most `max`, moved into its event queue
+    /// without waiting: `Ok(true)` when corosync has no more now.
+    pub(crate) fn dispatch_some(&mut self, max: usize) -> Result<bool, CpgError> {
+        match self {
+            Self::Polled(g) => g.dispatch_some(max),
+            _ => Ok(true),
         }
     }
 }

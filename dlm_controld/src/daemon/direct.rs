@@ -12,20 +12,43 @@
 //! performed the request). Before the task has joined and once it ends there is no shell
 //! here: requests are queued, and at the end answered as for a lockspace gone.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dlm_proto::kernel::PlockInfo;
 
 use super::lockspace::{LsCommand, Shell};
+use super::polled::Bell;
 use crate::clock::Stamp;
 
 /// See the module's comment.
-#[derive(Default)]
 pub(crate) struct Direct {
     shell: Mutex<Option<Shell>>,
     /// Requests sent to the task's queue and not yet performed by it.
     queued: AtomicUsize,
+    /// The fd of the shell's group while the reader dispatches it (`polled.rs`), or
+    /// [`Self::NOT_POLLED`].
+    polled: AtomicI32,
+    /// The reader's bell, rung as the shell comes and goes (none: no reader).
+    bell: Option<Arc<Bell>>,
+}
+
+impl Default for Direct {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+/// What [`Direct::dispatch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dispatched {
+    /// Events handled; `wake`: the task must look again at what its turn waits for.
+    Handled { wake: bool },
+    /// The group failed: the task is told and ends; the reader polls it no more.
+    Failed,
+    /// No shell here (the task has it back): the reader polls it no more.
+    Gone,
 }
 
 impl std::fmt::Debug for Direct {
@@ -37,19 +60,80 @@ impl std::fmt::Debug for Direct {
 }
 
 impl Direct {
+    const NOT_POLLED: RawFd = -1;
+
+    pub(crate) fn new(bell: Option<Arc<Bell>>) -> Self {
+        Self {
+            shell: Mutex::default(),
+            queued: AtomicUsize::new(0),
+            polled: AtomicI32::new(Self::NOT_POLLED),
+            bell,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Option<Shell>> {
         // a panic aborts the daemon (panic = "abort"): a poisoned lock is only a test's
         self.shell.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The task's shell, once its group has joined.
+    /// The task's shell, once its group has joined; a group left to the reader is polled
+    /// from now on.
     pub(super) fn put(&self, shell: Shell) {
+        let fd = shell.polled_fd();
         *self.lock() = Some(shell);
+        if let (Some(fd), Some(bell)) = (fd, &self.bell) {
+            self.polled.store(fd, Ordering::Release);
+            bell.ring();
+        }
     }
 
-    /// The shell back to the task at its end.
+    /// The shell back to the task at its end; the reader polls its group no more.
     pub(super) fn take(&self) -> Option<Shell> {
+        self.unpoll();
         self.lock().take()
+    }
+
+    fn unpoll(&self) {
+        if self.polled.swap(Self::NOT_POLLED, Ordering::AcqRel) != Self::NOT_POLLED {
+            if let Some(bell) = &self.bell {
+                bell.ring();
+            }
+        }
+    }
+
+    /// As [`Self::put`] does for a shell's polled group, without a shell (no shell is
+    /// built in a unit test).
+    #[cfg(test)]
+    pub(super) fn poll_as_if_put(&self, fd: RawFd) {
+        self.polled.store(fd, Ordering::Release);
+        if let Some(bell) = &self.bell {
+            bell.ring();
+        }
+    }
+
+    /// The fd of the group the reader dispatches, while it does.
+    pub(super) fn polled_fd(&self) -> Option<RawFd> {
+        let fd = self.polled.load(Ordering::Acquire);
+        (fd != Self::NOT_POLLED).then_some(fd)
+    }
+
+    /// The reader found the group's fd ready (`hangup`: closed or failed): its deliveries
+    /// dispatched and handled under the shell, as the task's turn handles an event.
+    pub(super) fn dispatch(&self, hangup: bool) -> Dispatched {
+        let mut guard = self.lock();
+        let Some(ls) = guard.as_mut() else {
+            return Dispatched::Gone;
+        };
+        let name = ls.name().clone();
+        match crate::log::named(name, || ls.dispatch_polled(hangup)) {
+            Some(wake) => Dispatched::Handled { wake },
+            None => {
+                drop(guard);
+                self.unpoll();
+                Dispatched::Failed
+            }
+        }
     }
 
     /// `f` on the shell (the task's steps; `None` before [`Self::put`] and after

@@ -125,6 +125,9 @@ const SEND_AT_ONCE: usize = 32;
 const SEND_PER_TURN: usize = 64;
 /// Queued events handled per loop turn besides the one `next_event` returns.
 const EVENTS_PER_TURN: usize = 64;
+/// Deliveries dispatched per wake-up of the reader for a group it polls (as on the
+/// runtime, `AsyncCorosyncGroup`).
+const POLLED_BUDGET: usize = 64;
 /// Queued commands handled per loop turn besides the first (one batch of requests).
 const COMMANDS_PER_TURN: usize = 64;
 /// Within a turn, the replies so far are written after every this many queued commands.
@@ -244,6 +247,8 @@ pub(super) struct Shell {
     last_flush: Flush,
     /// What the task's turn waits for, as it last looked ([`Waits`]).
     task_view: Waits,
+    /// The group failed under the plock device's reader (`polled.rs`): the task ends.
+    group_failed: Option<dlm_cpg::CpgError>,
 }
 
 /// The next sync of our decisions, armed while some wait for it (one timer kept across
@@ -682,6 +687,39 @@ impl Shell {
         std::task::Poll::Ready(Ok(()))
     }
 
+    /// The fd the plock device's reader polls for this group, when it dispatches it.
+    pub(super) fn polled_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.group.polled_fd()
+    }
+
+    /// The reader found the group ready (`polled.rs`): what corosync has, up to a budget,
+    /// dispatched and handled as the task's `next_event` would, then the turn's end
+    /// ([`Self::after_direct`]). `Some(wake)`: the task must be woken (as `after_direct`
+    /// says, or the leave is done); `None`: the group failed (or hung up with nothing to
+    /// dispatch), kept for the task, which ends.
+    pub(super) fn dispatch_polled(&mut self, hangup: bool) -> Option<bool> {
+        let r = self.group.dispatch_some(POLLED_BUDGET);
+        while let Some(ev) = self.group.poll_event() {
+            self.event(ev);
+        }
+        let failed = match r {
+            Err(e) => Some(e),
+            Ok(_) if hangup => Some(dlm_cpg::CpgError::Closed),
+            Ok(_) => None,
+        };
+        let wake = self.after_direct() || self.is_left();
+        if failed.is_some() {
+            self.group_failed = failed;
+            return None;
+        }
+        Some(wake)
+    }
+
+    /// A failure of the group under the reader, once.
+    fn take_group_failure(&mut self) -> Option<dlm_cpg::CpgError> {
+        self.group_failed.take()
+    }
+
     /// Handles events already queued, a bounded number per loop turn (the rest come
     /// through `next_event`), so a flood of deliveries does not starve queries.
     fn drain(&mut self) {
@@ -840,6 +878,10 @@ async fn turn_once(
         }
     }
     direct.with(Shell::after_turn);
+    if let Some(Some(e)) = direct.with(Shell::take_group_failure) {
+        tracing::error!("{e}");
+        return false;
+    }
     true
 }
 
@@ -849,7 +891,8 @@ impl Shell {
     async fn start(name: LockspaceName, conf: LockspaceConf, ctx: LsContext) -> Option<Self> {
         let text = name.to_str_lossy().into_owned();
         let (buf, len) = lockspace_group_name(&name);
-        let group = match ClusterGroup::join(ctx.embedded, ctx.our, &buf[..len]).await {
+        let polled = ctx.bell.is_some();
+        let group = match ClusterGroup::join(ctx.embedded, ctx.our, &buf[..len], polled).await {
             Ok(g) => g,
             Err(e) => {
                 // cpg_join failed: the kernel's join fails with event_done = -1
@@ -886,6 +929,7 @@ impl Shell {
             },
             last_flush: Flush::Empty,
             task_view: Waits::default(),
+            group_failed: None,
         };
         let plock = ls.ctx.plock;
         ls.core.set_native(plock.native);

@@ -134,12 +134,17 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         config.options.num(crate::config::Opt::PlockRateLimit),
     ));
     let spin_us = Arc::new(std::sync::atomic::AtomicU64::new(spin_us_of(&config.file)));
+    let bell = match st.device {
+        Some(_) => Some(Arc::new(
+            super::polled::Bell::new().map_err(|e| DaemonError::Io("plock reader bell", e))?,
+        )),
+        None => None,
+    };
     let reader_failed = spawn_reader(
         st.device.as_ref(),
         (&limit, &spin_us),
         st.our,
-        &fsids,
-        &registry,
+        (&fsids, &registry, bell.as_ref()),
     )?;
     let (kick_tx, kicks) = mpsc::unbounded_channel();
     let (done_tx, done) = mpsc::unbounded_channel::<String>();
@@ -155,6 +160,7 @@ pub(super) async fn run(st: Started<'_>) -> Result<(), DaemonError> {
         stateful: st.dg.stateful(),
         registry: registry.clone(),
         plock: super::PlockConf::of(&st.args.config.file),
+        bell,
     };
     let sources = Sources {
         uevents,
@@ -363,11 +369,14 @@ fn spawn_reader(
         &Arc<std::sync::atomic::AtomicU64>,
     ),
     our: u32,
-    fsids: &plock_device::Fsids,
-    registry: &query::Registry,
+    (fsids, registry, bell): (
+        &plock_device::Fsids,
+        &query::Registry,
+        Option<&Arc<super::polled::Bell>>,
+    ),
 ) -> Result<mpsc::UnboundedReceiver<DaemonError>, DaemonError> {
     let (tx, rx) = mpsc::unbounded_channel();
-    if let Some(d) = device {
+    if let (Some(d), Some(bell)) = (device, bell) {
         let conf = plock_device::ReaderConf {
             device: d.clone(),
             limit: limit.clone(),
@@ -375,6 +384,7 @@ fn spawn_reader(
             our,
             fsids: fsids.clone(),
             registry: registry.clone(),
+            bell: bell.clone(),
         };
         plock_device::spawn(conf, tokio::runtime::Handle::current(), tx)
             .map_err(|e| DaemonError::Io("plock reader thread", e))?;
@@ -703,7 +713,7 @@ fn handle_uevent(
                 );
             }
             let named: Arc<str> = Arc::from(name.as_str());
-            let direct = Arc::new(lockspace::Direct::default());
+            let direct = Arc::new(lockspace::Direct::new(ctx.bell.clone()));
             lockspaces.insert(
                 name,
                 LsHandle {

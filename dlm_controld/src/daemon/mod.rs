@@ -15,6 +15,7 @@ mod main_task;
 mod metrics_http;
 mod outstanding;
 mod plock_device;
+mod polled;
 mod query;
 mod round_trip;
 mod sched;
@@ -448,7 +449,7 @@ async fn join_daemon_group(
     let (facts_tx, facts) = watch::channel(core.facts());
     let (agents, exits) = mpsc::unbounded_channel();
     let (runs, run_exits) = mpsc::unbounded_channel();
-    let group = ClusterGroup::join(embedded, our, DAEMON_GROUP_NAME)
+    let group = ClusterGroup::join(embedded, our, DAEMON_GROUP_NAME, false)
         .await
         .map_err(DaemonError::Cluster)?;
     let dg = DaemonGroup::new(
@@ -581,6 +582,9 @@ pub(crate) struct LsContext {
     pub(crate) kick: mpsc::UnboundedSender<u32>,
     /// This build's own plock options of dlm.conf, read at start.
     pub(crate) plock: PlockConf,
+    /// The plock device reader's bell (`polled.rs`): when there is a reader, it
+    /// dispatches the lockspaces' corosync groups.
+    pub(crate) bell: Option<Arc<polled::Bell>>,
 }
 
 /// This build's own plock options of dlm.conf, with their defaults.

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -29,6 +29,8 @@ pub(crate) struct ReaderConf {
     pub(crate) our: u32,
     pub(crate) fsids: Fsids,
     pub(crate) registry: query::Registry,
+    /// Rung as lockspaces' groups come and go (`polled.rs`).
+    pub(crate) bell: Arc<super::polled::Bell>,
 }
 
 /// Starts the reader's thread; it reads the device until it fails, and that error is sent
@@ -41,6 +43,8 @@ pub(crate) fn spawn(
 ) -> io::Result<()> {
     std::thread::Builder::new()
         .name("dlm_plock".into())
+        // libcpg's dispatch of the groups it polls puts ~1 MiB on the stack
+        .stack_size(READER_STACK)
         .spawn(move || {
             let _rt = runtime.enter();
             let _ = failed.send(reader(&conf));
@@ -48,9 +52,14 @@ pub(crate) fn spawn(
         .map(drop)
 }
 
-/// Reads the plock device until it fails.
+/// The reader's stack: libcpg's dispatch needs 2 MiB (`check_dispatch_stack`).
+const READER_STACK: usize = 8 << 20;
+
+/// Reads the plock device until it fails, and dispatches the lockspaces' groups meanwhile
+/// (`polled.rs`).
 fn reader(conf: &ReaderConf) -> DaemonError {
     let dev = &*conf.device;
+    let mut polled = super::polled::Polled::new(conf.bell.clone(), dev.as_fd().as_raw_fd());
     let mut gate = DeviceGate::new();
     // one batch for the reader's life: a read does not clear 2 KiB first
     let mut batch = Records::default();
@@ -58,12 +67,18 @@ fn reader(conf: &ReaderConf) -> DaemonError {
     let mut spinner = Spinner::new(conf.spin_us.clone());
     loop {
         if !gate.open() {
-            gate.wait_closed();
+            // the groups are dispatched while the device waits: the backlog that closed
+            // it drains through their deliveries
+            if let Err(e) = polled.wait(false, gate.closed_for(), &conf.registry) {
+                return DaemonError::Io("plock device", e);
+            }
             gate.reopen();
             continue;
         }
-        if let Err(e) = readable(dev) {
-            return DaemonError::Io("plock device", e);
+        match polled.wait(true, None, &conf.registry) {
+            Err(e) => return DaemonError::Io("plock device", e),
+            Ok(false) => continue,
+            Ok(true) => {}
         }
         let mut ctx = ReadCtx {
             limit: conf.limit.load(Ordering::Relaxed),
@@ -82,17 +97,6 @@ fn reader(conf: &ReaderConf) -> DaemonError {
                 }
             }
         }
-    }
-}
-
-/// Sleeps until the device has a request (`poll`, as C's loop; a signal's interruption
-/// is a wake-up like another).
-fn readable(dev: &MiscDevice) -> io::Result<()> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut fds = [PollFd::new(dev.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::NONE) {
-        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
 
@@ -320,12 +324,11 @@ impl DeviceGate {
     /// A look at the backlog again this long after it was over the bound.
     const BACKLOG_RECHECK: Duration = Duration::from_millis(10);
 
-    /// Sleeps until it may open again: the rate pause's end, or the next look at the
+    /// How long until it may open again: the rate pause's end, or the next look at the
     /// backlog (every closing sets one of them).
-    fn wait_closed(&self) {
-        if let Some(t) = self.paused_until {
-            std::thread::sleep(t.saturating_duration_since(Instant::now()));
-        }
+    fn closed_for(&self) -> Option<Duration> {
+        self.paused_until
+            .map(|t| t.saturating_duration_since(Instant::now()))
     }
 
     fn reopen(&mut self) {
