@@ -38,7 +38,7 @@ pub(crate) enum ClusterGroup {
     /// Dispatched by its task on the daemon's runtime.
     Corosync(AsyncCorosyncGroup),
     /// A lockspace's group dispatched by the plock device's reader on its thread
-    /// (`plock_device.rs`), as C's one loop polls the device and the groups: not
+    /// (`polled.rs`), as C's one loop polls the device and the groups: not
     /// registered with the runtime, so a delivery wakes one thread, the reader.
     Polled(CorosyncGroup),
 }
