@@ -108,6 +108,25 @@ fn lockspace_on_real_corosync() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// corosync killed under a joined lockspace, whose group the plock device's reader polls:
+/// the daemon ends with an error, as C's does when the cluster goes down (its reader's `poll`
+/// on the dead connection neither spins nor keeps it alive).
+#[test]
+fn corosync_lost_under_a_joined_lockspace_ends_the_daemon() {
+    let mut cs = Corosync::start("cslost");
+    let dir = std::env::temp_dir().join(format!("dlm-cs-lost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let k = FakeKernel::start(&dir).expect("fake kernel");
+    let mut d = start(&cs, &dir, &k, &[]);
+    assert!(k.announce("foo").expect("announce"));
+    assert!(k.wait_joined("foo", T), "join never completed");
+    cs.kill();
+    let status = d.wait_exit(T).expect("the daemon outlived its corosync");
+    assert!(!status.success(), "{status}");
+    drop(k);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// One corosync node, a fake kernel and our daemon under the push-back shim
 /// (`tests/shim/cpg_pushback.c`): corosync answers TRY_AGAIN to `cpg_mcast_joined` while
 /// `hold` exists and to `cpg_leave` while `hold_leave` exists, as it does with a full queue
