@@ -82,7 +82,14 @@ impl Direct {
     pub(super) fn put(&self, shell: Shell) {
         let fd = shell.polled_fd();
         *self.lock() = Some(shell);
-        if let (Some(fd), Some(bell)) = (fd, &self.bell) {
+        if let Some(fd) = fd {
+            self.publish_polled(fd);
+        }
+    }
+
+    /// The reader is told to poll `fd` from now on (when there is a reader).
+    fn publish_polled(&self, fd: RawFd) {
+        if let Some(bell) = &self.bell {
             self.polled.store(fd, Ordering::Release);
             bell.ring();
         }
@@ -106,10 +113,7 @@ impl Direct {
     /// built in a unit test).
     #[cfg(test)]
     pub(super) fn poll_as_if_put(&self, fd: RawFd) {
-        self.polled.store(fd, Ordering::Release);
-        if let Some(bell) = &self.bell {
-            bell.ring();
-        }
+        self.publish_polled(fd);
     }
 
     /// The fd of the group the reader dispatches, while it does.

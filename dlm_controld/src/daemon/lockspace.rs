@@ -877,8 +877,12 @@ async fn turn_once(
             direct.with(|ls| ls.sync.now = true);
         }
     }
-    direct.with(Shell::after_turn);
-    if let Some(Some(e)) = direct.with(Shell::take_group_failure) {
+    // the turn's end, and a failure of the group under the reader, in one hold
+    let failed = direct.with(|ls| {
+        ls.after_turn();
+        ls.take_group_failure()
+    });
+    if let Some(Some(e)) = failed {
         tracing::error!("{e}");
         return false;
     }

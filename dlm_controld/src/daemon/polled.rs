@@ -63,11 +63,6 @@ const GROUPS: usize = 2;
 
 impl Polled {
     pub(crate) fn new(bell: Arc<Bell>, device: RawFd) -> Self {
-        let pollfd = |fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
         let bell_fd = bell.rx.as_fd().as_raw_fd();
         Self {
             bell,
@@ -147,16 +142,21 @@ impl Polled {
             let Some(fd) = h.direct.polled_fd() else {
                 continue;
             };
-            self.fds.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            });
+            self.fds.push(pollfd(fd));
             self.entries.push(Entry {
                 direct: h.direct.clone(),
                 task: h.tx.downgrade(),
             });
         }
+    }
+}
+
+/// `fd` watched for reading.
+fn pollfd(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
     }
 }
 
