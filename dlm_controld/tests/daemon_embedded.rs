@@ -222,10 +222,11 @@ fn feeds_the_systemd_watchdog() {
             .expect("timeout");
         let ns = Netns::new(tag).expect("netns");
         let mut cmd = daemon_cmd(&ns, &dir);
+        let log = std::fs::File::create(dir.join("stderr")).expect("stderr file");
         cmd.env("NOTIFY_SOCKET", &notify_path)
             .env("WATCHDOG_USEC", "200000")
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(log);
         if !pid_is_ours {
             cmd.env("WATCHDOG_PID", "1");
         }
@@ -238,8 +239,11 @@ fn feeds_the_systemd_watchdog() {
                 Err(_) => break,
             }
         }
+        // whether the daemon had ended by itself, and what it said, if a ping is missing
+        let exited = child.try_wait().ok().flatten();
         let _ = child.kill();
         let _ = child.wait();
+        let said = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
         assert_eq!(
             got.first().map(Vec::as_slice),
             Some(&b"READY=1"[..]),
@@ -247,7 +251,7 @@ fn feeds_the_systemd_watchdog() {
         );
         let pings = got.iter().filter(|m| m.as_slice() == b"WATCHDOG=1").count();
         if pid_is_ours {
-            assert_eq!(pings, 3, "{got:?}");
+            assert_eq!(pings, 3, "{got:?}; exited {exited:?}; stderr:\n{said}");
         } else {
             assert_eq!(pings, 0, "another process's watchdog: {got:?}");
         }
