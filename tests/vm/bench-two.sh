@@ -10,7 +10,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 declare -A label=([rust]="ours (native mode)" [c]="C 4.2.0" [own]="C 4.2.0 plock_ownership=1")
-rows=()
+rows=() cpus=()
 declare -A owns passes
 for kind in ${KINDS:-rust c own}; do
     run=$(mktemp -d /tmp/dlm-vmbench.XXXXXX)
@@ -27,6 +27,9 @@ for kind in ${KINDS:-rust c own}; do
         own=$(sed -n 's/^own_pairs_per_s //p' "$f" 2>/dev/null)
         pass=$(sed -n 's/^passing_steps_per_s //p' "$f" 2>/dev/null)
         rows+=("| ${label[$kind]} | node $n | ${own:-—} | ${pass:-—} |")
+        # where each phase's CPU went (plocks2.py: µs per pair or step of the daemon,
+        # corosync, the process, and the guest idle)
+        cpus+=("$kind node $n: $(grep -h '_cpu_us_per_step' "$f" 2>/dev/null | tr '\n' ';')")
         # every run's number, for the medians when a kind runs more than once
         owns[$kind$n]+="${own:+$own }" passes[$kind$n]+="${pass:+$pass }"
         [[ -n $own && -n $pass ]] || keep=1
@@ -38,6 +41,8 @@ done
 echo "| daemons (both nodes) | node | own file: lock+unlock pairs/s | lock passing: steps/s |"
 echo "|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+echo
+printf '%s\n' "${cpus[@]}"
 # issue 14's targets, node by node, on the medians of each kind's runs (KINDS may name a kind
 # more than once): own file ours ≥ 1.2× C's ownership mode; lock passing ours ≥ 1.0× C in
 # either mode (the better of those that ran)

@@ -57,6 +57,31 @@ def wait(name, node, limit=300):
     return wait_in(sync, name, node, limit)
 
 
+def cpu_ticks():
+    """CPU ticks so far (user + sys, /proc) of the daemon, corosync and this process, and
+    the guest's idle ticks: what a phase of the bench spent, taken at its start and end."""
+    import subprocess
+
+    def of(pid):
+        with open("/proc/%s/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    def pid(name):
+        return subprocess.run(["pgrep", "-o", "-x", name], capture_output=True, text=True).stdout.strip()
+
+    with open("/proc/stat") as f:
+        idle = int(f.readline().split()[4])
+    return {"daemon": of(pid("dlm_controld")), "corosync": of(pid("corosync")), "process": of("self"), "idle": idle}
+
+
+def print_cpu(phase, t0, steps):
+    """Each of cpu_ticks()'s counts since `t0`, in µs per step (a tick is 10 ms)."""
+    t1 = cpu_ticks()
+    per = " ".join("%s %.0f" % (k, (t1[k] - t0[k]) * 10000.0 / max(steps, 1)) for k in t0)
+    print("%s_cpu_us_per_step %s" % (phase, per), flush=True)
+
+
 def bench(secs=5.0):
     """The real-kernel side-by-side numbers (tests/vm/bench-two.sh): both nodes at once,
     each process locking and unlocking a file of its own; then lock passing on one file, a
@@ -65,19 +90,20 @@ def bench(secs=5.0):
     mark("bench-own")
     wait("bench-own", other)
     fd = os.open(os.path.join(d, "own%d" % n), os.O_RDWR | os.O_CREAT)
-    k, t0 = 0, time.monotonic()
+    k, t0, c0 = 0, time.monotonic(), cpu_ticks()
     while time.monotonic() - t0 < secs:
         fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
         fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
         k += 1
     print("own_pairs_per_s %.1f" % (k / (time.monotonic() - t0)), flush=True)
+    print_cpu("own", c0, k)
     os.close(fd)
     fd = os.open(os.path.join(d, "pass"), os.O_RDWR | os.O_CREAT)
     pos = 0 if n == 1 else 32
     fcntl.lockf(fd, fcntl.LOCK_EX, 1, pos)
     mark("bench-pass")
     wait("bench-pass", other)
-    k, t0 = 0, time.monotonic()
+    k, t0, c0 = 0, time.monotonic(), cpu_ticks()
     while time.monotonic() - t0 < secs:
         nxt = (pos + 1) % 64
         fcntl.lockf(fd, fcntl.LOCK_EX, 1, nxt)  # F_SETLKW
@@ -85,6 +111,7 @@ def bench(secs=5.0):
         pos = nxt
         k += 1
     print("passing_steps_per_s %.1f" % (k / (time.monotonic() - t0)), flush=True)
+    print_cpu("passing", c0, k)
     fcntl.lockf(fd, fcntl.LOCK_UN, 0, 0)
     os.close(fd)
     mark("bench-done")
