@@ -4,13 +4,6 @@
 //! 1 MiB text ring would hold: the retained records always make at least 1 MiB of text
 //! once that much was logged, and the dump keeps the last 1 MiB (so it may start mid-line,
 //! as C's).
-//!
-//! A push is a few stores: no line length is worked out (the ring keeps records while a
-//! lower bound of their text, [`MIN_PLOCK_LINE`] bytes each, still falls short of 1 MiB
-//! without the oldest, so it holds up to twice the records it needs), and the lockspace's
-//! name is a small index, not a reference count to bump and drop. Under emulation (qemu's
-//! TCG) every line of code and page a request's path touches costs, and this path runs
-//! three times per lock-passing step on each node (docs/BENCHMARKS.md, session 36).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -29,16 +22,11 @@ pub enum PlockLine {
     Receive,
 }
 
-/// The shortest text a record can make: `0  read plock 0 UN - 0-0 0/0/0 w 0` and its
-/// newline (one-digit fields, an empty name). A bound, so never more than the truth.
-const MIN_PLOCK_LINE: usize = 35;
-
-/// Lockspace names kept before those no record uses any more are dropped.
-const NAMES_KEPT: usize = 64;
-
-/// What one plock line shows of its request.
+/// What one plock line shows of its request, in as few bytes as the line needs (the ring
+/// holds ~17,000 of them: a 1 MiB ring streams through them at every request).
 #[derive(Debug, Clone)]
 struct PlockRecord {
+    ls: Arc<str>,
     number: u64,
     start: u64,
     end: u64,
@@ -47,11 +35,11 @@ struct PlockRecord {
     secs: u32,
     nodeid: i32,
     pid: u32,
-    /// The lockspace's name: an index into [`PlockRing::names`].
-    name: u32,
     op: PlockOp,
     /// [`Self::RECEIVE`], [`Self::EX`], [`Self::WAIT`].
     bits: u8,
+    /// The line's length in bytes (under 200: fixed words and numbers).
+    len: u16,
 }
 
 impl PlockRecord {
@@ -59,9 +47,10 @@ impl PlockRecord {
     const EX: u8 = 2;
     const WAIT: u8 = 4;
 
-    fn new(secs: u64, name: u32, line: PlockLine, info: &PlockInfo) -> Self {
+    fn new(secs: u64, ls: &Arc<str>, line: PlockLine, info: &PlockInfo) -> Self {
         let bit = |on: bool, b: u8| if on { b } else { 0 };
-        Self {
+        let mut r = Self {
+            ls: ls.clone(),
             number: info.number,
             start: info.start,
             end: info.end,
@@ -69,12 +58,14 @@ impl PlockRecord {
             secs: u32::try_from(secs).unwrap_or(u32::MAX),
             nodeid: info.nodeid,
             pid: info.pid,
-            name,
             op: info.op,
             bits: bit(line == PlockLine::Receive, Self::RECEIVE)
                 | bit(info.ex, Self::EX)
                 | bit(info.wait, Self::WAIT),
-        }
+            len: 0,
+        };
+        r.len = u16::try_from(r.text_len()).unwrap_or(u16::MAX);
+        r
     }
 
     fn line(&self) -> PlockLine {
@@ -85,7 +76,47 @@ impl PlockRecord {
         }
     }
 
-    /// The request's fields the line shows (C logs these of its `dlm_plock_info`).
+    /// The length of its line, without formatting it.
+    fn text_len(&self) -> usize {
+        let name = self.ls.get(..32).unwrap_or(&self.ls).len();
+        let what = match self.line() {
+            PlockLine::Read => 4,
+            PlockLine::Receive => 7,
+        };
+        let op = if self.op == PlockOp::GET { 3 } else { 2 };
+        let ex = if self.op == PlockOp::UNLOCK || self.op == PlockOp::GET {
+            1
+        } else {
+            2
+        };
+        // "<secs> <ls> <what> plock <num> <op> <ex> <s>-<e> <node>/<pid>/<owner> w <w>\n"
+        dec_len(u64::from(self.secs))
+            + 1
+            + name
+            + 1
+            + what
+            + " plock ".len()
+            + hex_len(self.number)
+            + 1
+            + op
+            + 1
+            + ex
+            + 1
+            + hex_len(self.start)
+            + 1
+            + hex_len(self.end)
+            + 1
+            + signed_len(i64::from(self.nodeid))
+            + 1
+            + dec_len(u64::from(self.pid))
+            + 1
+            + hex_len(self.owner)
+            + " w ".len()
+            + 1
+            + 1
+    }
+
+    /// The request as far as its line shows it (what [`PlockWords`] prints).
     fn info(&self) -> PlockInfo {
         PlockInfo {
             version: dlm_proto::kernel::PLOCK_VERSION,
@@ -105,26 +136,68 @@ impl PlockRecord {
     }
 }
 
-/// A line of the ring: a request's record, or any other line's text.
 #[derive(Debug, Clone)]
 enum Entry {
     Plock(PlockRecord),
     Text(Box<str>),
 }
 
+/// The ring of records.
+#[derive(Debug)]
+pub struct PlockRing {
+    /// Each entry knows its line's length (a record keeps it, a text is one), read again
+    /// when the entry leaves.
+    entries: VecDeque<Entry>,
+    /// Bytes of text the entries make.
+    bytes: usize,
+    cap: usize,
+    wrapped: bool,
+}
+
+impl Default for PlockRing {
+    fn default() -> Self {
+        Self::with_capacity(super::RING_SIZE)
+    }
+}
+
+/// 10^i for every i a u64 reaches.
+const POW10: [u64; 20] = {
+    let mut p = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        p[i] = p[i - 1] * 10;
+        i += 1;
+    }
+    p
+};
+
+/// Decimal digits of `v`, from its bit length and one comparison (`ilog10` took a dozen
+/// steps, twice a record).
+fn dec_len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    // ⌊bits·log10 2⌋: the digits of 2^bits less one, which `v` reaches or falls one short of
+    let guess = (bits * 1233) >> 12;
+    let short = POW10.get(guess).is_some_and(|&p| v < p);
+    (guess + 1 - usize::from(short)).max(1)
+}
+
+fn hex_len(v: u64) -> usize {
+    (64 - v.leading_zeros() as usize).div_ceil(4).max(1)
+}
+
+fn signed_len(v: i64) -> usize {
+    dec_len(v.unsigned_abs()) + usize::from(v < 0)
+}
+
 impl Entry {
-    /// The line's text, as C's `log_plock` would have written it.
-    fn write(&self, names: &[Arc<str>], out: &mut String) {
+    fn write(&self, out: &mut String) {
         match self {
             Self::Plock(r) => {
                 let what = match r.line() {
                     PlockLine::Read => "read",
                     PlockLine::Receive => "receive",
                 };
-                let ls = names.get(r.name as usize).map_or("", |n| &**n);
-                // C's line holds the name's first 32 bytes (a name cut mid-character is
-                // written whole, as format_line does)
-                let name = ls.get(..32).unwrap_or(ls);
+                let name = r.ls.get(..32).unwrap_or(&r.ls);
                 let _ = writeln!(
                     out,
                     "{} {name} {what} plock {}",
@@ -136,33 +209,12 @@ impl Entry {
         }
     }
 
-    /// At most the length of [`Self::write`]'s text, without formatting it.
-    fn min_len(&self) -> usize {
+    /// The length of [`Self::write`]'s text, without formatting it.
+    fn len(&self) -> usize {
         match self {
-            Self::Plock(_) => MIN_PLOCK_LINE,
+            Self::Plock(r) => usize::from(r.len),
             Self::Text(t) => t.len(),
         }
-    }
-}
-
-/// The plock log: the newest lines, at least `cap` bytes of their text once that much was
-/// logged.
-#[derive(Debug)]
-pub struct PlockRing {
-    entries: VecDeque<Entry>,
-    /// The entries' [`Entry::min_len`]s, summed.
-    least: usize,
-    cap: usize,
-    /// An entry was dropped: more than `cap` bytes were logged.
-    dropped: bool,
-    /// The lockspace names records point at; `last` the one pushed last.
-    names: Vec<Arc<str>>,
-    last: usize,
-}
-
-impl Default for PlockRing {
-    fn default() -> Self {
-        Self::with_capacity(super::RING_SIZE)
     }
 }
 
@@ -171,32 +223,31 @@ impl PlockRing {
     pub fn with_capacity(cap: usize) -> Self {
         Self {
             entries: VecDeque::new(),
-            least: 0,
+            bytes: 0,
             cap: cap.max(1),
-            dropped: false,
-            names: Vec::new(),
-            last: 0,
+            wrapped: false,
         }
     }
 
     fn push_entry(&mut self, e: Entry) {
-        self.least += e.min_len();
+        self.bytes += e.len();
         self.entries.push_back(e);
-        // drop the oldest while the rest still surely make a full ring
-        while let Some(first) = self.entries.front().map(Entry::min_len) {
-            if self.least - first < self.cap {
+        if self.bytes >= self.cap {
+            self.wrapped = true;
+        }
+        // drop the oldest while the rest still make a full ring
+        while let Some(first) = self.entries.front().map(Entry::len) {
+            if self.bytes - first < self.cap {
                 break;
             }
-            self.least -= first;
+            self.bytes -= first;
             self.entries.pop_front();
-            self.dropped = true;
         }
     }
 
     /// One plock request's line, as a record.
     pub fn push_plock(&mut self, secs: u64, ls: &Arc<str>, line: PlockLine, info: &PlockInfo) {
-        let name = self.name_of(ls);
-        self.push_entry(Entry::Plock(PlockRecord::new(secs, name, line, info)));
+        self.push_entry(Entry::Plock(PlockRecord::new(secs, ls, line, info)));
     }
 
     /// Any other line (with its newline).
@@ -204,62 +255,15 @@ impl PlockRing {
         self.push_entry(Entry::Text(line.into()));
     }
 
-    /// The index of `ls` among the names, found by pointer (no reference count is touched
-    /// for a name already there: the last one's first, as every request of a busy
-    /// lockspace finds it). Two `Arc`s of one name are two entries, both showing it.
-    fn name_of(&mut self, ls: &Arc<str>) -> u32 {
-        let same = |n: &Arc<str>| Arc::ptr_eq(n, ls);
-        let i = if self.names.get(self.last).is_some_and(same) {
-            self.last
-        } else if let Some(i) = self.names.iter().position(same) {
-            i
-        } else {
-            if self.names.len() >= NAMES_KEPT {
-                self.forget_unused_names();
-            }
-            self.names.push(ls.clone());
-            self.names.len() - 1
-        };
-        self.last = i;
-        u32::try_from(i).unwrap_or(u32::MAX)
-    }
-
-    /// Drops the names no record points at (lockspaces long gone), renumbering the rest.
-    fn forget_unused_names(&mut self) {
-        let mut used = vec![false; self.names.len()];
-        for e in &self.entries {
-            if let Entry::Plock(r) = e {
-                if let Some(u) = used.get_mut(r.name as usize) {
-                    *u = true;
-                }
-            }
-        }
-        let mut new_index = vec![0u32; self.names.len()];
-        let mut kept = Vec::with_capacity(self.names.len());
-        for (i, name) in std::mem::take(&mut self.names).into_iter().enumerate() {
-            if used[i] {
-                new_index[i] = u32::try_from(kept.len()).unwrap_or(u32::MAX);
-                kept.push(name);
-            }
-        }
-        for e in &mut self.entries {
-            if let Entry::Plock(r) = e {
-                r.name = new_index.get(r.name as usize).copied().unwrap_or(u32::MAX);
-            }
-        }
-        self.names = kept;
-        self.last = usize::MAX;
-    }
-
     /// The text C's ring would return: once the ring has filled, its last `cap` bytes;
     /// before that everything but the final newline; empty when fresh.
     pub fn contents(&self) -> Vec<u8> {
-        let mut s = String::new();
+        let mut s = String::with_capacity(self.bytes);
         for e in &self.entries {
-            e.write(&self.names, &mut s);
+            e.write(&mut s);
         }
         let mut v = s.into_bytes();
-        if self.dropped || v.len() >= self.cap {
+        if self.wrapped {
             let cut = v.len().saturating_sub(self.cap);
             v.drain(..cut);
         } else {
@@ -294,54 +298,29 @@ mod tests {
     }
 
     /// A record is a cache line at most (64 bytes; a whole request and its length took
-    /// 104): a ring holds up to ~30,000 of them (1 MiB over [`MIN_PLOCK_LINE`]), ~2 MiB.
+    /// 104), so a full ring of ~16,000 lines takes a third less memory than it did.
     #[test]
     fn a_record_fits_a_cache_line() {
         assert!(size_of::<Entry>() <= 64, "{}", size_of::<Entry>());
     }
 
-    /// [`MIN_PLOCK_LINE`] is what the shortest record writes (so a bound the ring may
-    /// count on), and a record's text is not cut short by it.
     #[test]
-    fn the_shortest_line_is_the_bound() {
-        let mut rec = PlockRing::with_capacity(4096);
-        let ls: Arc<str> = Arc::from("");
-        let shortest = PlockInfo {
-            op: PlockOp::UNLOCK,
-            ex: false,
-            wait: false,
-            pid: 0,
-            nodeid: 0,
-            number: 0,
-            start: 0,
-            end: 0,
-            owner: 0,
-            ..info(PlockOp::UNLOCK, 0)
-        };
-        rec.push_plock(0, &ls, PlockLine::Read, &shortest);
-        // the dump of a ring not yet full leaves the final newline out
-        assert_eq!(rec.contents().len() + 1, MIN_PLOCK_LINE);
-        assert_eq!(
-            String::from_utf8_lossy(&rec.contents()),
-            "0  read plock 0 UN - 0-0 0/0/0 w 0"
-        );
-    }
-
-    /// Names no record shows any more are let go (a daemon that joins and leaves
-    /// lockspaces for months keeps only the names its ring still shows).
-    #[test]
-    fn names_of_gone_records_are_let_go() {
-        let mut rec = PlockRing::with_capacity(200);
-        for i in 0..1000u64 {
-            let ls: Arc<str> = Arc::from(format!("ls{i}"));
-            rec.push_plock(i, &ls, PlockLine::Receive, &info(PlockOp::LOCK, i));
-            assert!(
-                rec.names.len() <= NAMES_KEPT,
-                "{} after {i}",
-                rec.names.len()
-            );
+    fn decimal_lengths_at_every_power_of_ten() {
+        let mut p = 1u64;
+        for digits in 1..=20 {
+            assert_eq!(dec_len(p), digits, "{p}");
+            assert_eq!(dec_len(p - 1), (digits - 1).max(1), "{}", p - 1);
+            p = p.saturating_mul(10);
         }
-        assert!(String::from_utf8_lossy(&rec.contents()).contains(" ls999 receive plock "));
+        assert_eq!(dec_len(u64::MAX), u64::MAX.to_string().len());
+        assert_eq!(dec_len(0), 1);
+        // every bit length, at both of its ends and beside them
+        for b in 0..64 {
+            let lo = 1u64 << b;
+            for v in [lo, lo + 1, lo.saturating_sub(1), (lo << 1).wrapping_sub(1)] {
+                assert_eq!(dec_len(v), v.to_string().len(), "{v}");
+            }
+        }
     }
 
     /// The records dump exactly the bytes C's text ring holds, before and after wrapping,
@@ -351,21 +330,8 @@ mod tests {
         for cap in [64, 300, 4096] {
             let mut text = Ring::with_capacity(cap);
             let mut rec = PlockRing::with_capacity(cap);
-            // a long name, a short one, an empty one, a second Arc of the first, and
-            // fresh names now and then (more than NAMES_KEPT of them over the run)
-            let long: Arc<str> = Arc::from("a_lockspace_name_longer_than_thirty_two_chars");
-            let fixed = [
-                long.clone(),
-                Arc::from("b"),
-                Arc::from(""),
-                Arc::from(&*long),
-            ];
-            for i in 0..400u64 {
-                let ls = if i % 3 == 0 {
-                    Arc::from(format!("ls{i}"))
-                } else {
-                    fixed[usize::try_from(i % 4).expect("small")].clone()
-                };
+            let ls: Arc<str> = Arc::from("a_lockspace_name_longer_than_thirty_two_chars");
+            for i in 0..200u64 {
                 let op = [PlockOp::LOCK, PlockOp::UNLOCK, PlockOp::GET, PlockOp(9)]
                     [usize::try_from(i % 4).expect("small")];
                 let line = if i % 2 == 0 {
