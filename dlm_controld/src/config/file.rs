@@ -130,8 +130,12 @@ pub const PLOCK_SPIN_US_DEFAULT: u32 = 1000;
 /// The longest `plock_spin_us` accepted (a millisecond).
 const PLOCK_SPIN_US_MAX: u32 = 1000;
 
-/// `plock_native_sync_ms` when dlm.conf does not say.
-pub const NATIVE_SYNC_MS_DEFAULT: u32 = 1000;
+/// `plock_native_sync_ms` when dlm.conf does not say: ten seconds. The timer only keeps the
+/// other nodes' gauges near the owner's (a dump asks every owner first), and each STATE
+/// costs corosync on every node: in two VMs a STATE a second per node took corosync from
+/// 6–9 to 17–24 µs per lock+unlock pair of a node's own file (docs/BENCHMARKS.md, session
+/// 36).
+pub const NATIVE_SYNC_MS_DEFAULT: u32 = 10_000;
 /// The longest `plock_native_sync_ms` accepted (an hour).
 const NATIVE_SYNC_MS_MAX: u32 = 3_600_000;
 

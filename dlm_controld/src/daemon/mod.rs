@@ -638,7 +638,7 @@ mod tests {
         let of = |text| PlockConf::of(&crate::config::parse_conf(text).expect("parses"));
         let d = of("");
         assert!(d.native && !d.deadlock && !d.c_peers_cancel);
-        assert_eq!(d.native_sync, Some(Duration::from_secs(1)));
+        assert_eq!(d.native_sync, Some(Duration::from_secs(10)));
         assert_eq!(d.locks_max, 1_000_000);
         assert_eq!(d.spin, Duration::from_millis(1));
         let c = of("plock_native=0\nplock_native_sync_ms=0\nplock_locks_max=5\nplock_spin_us=0\n");
