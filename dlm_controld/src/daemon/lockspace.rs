@@ -825,24 +825,7 @@ async fn turn_once(
         // commands first: a query or a kernel request never waits behind a stream
         biased;
         cmd = commands.recv() => match cmd {
-            Some(cmd) => {
-                direct.command(cmd, &mut t.leave);
-                // the requests read meanwhile join this turn's batch; their replies go
-                // out every few requests, so the processes answered first run while
-                // the rest are decided (one write for a whole turn made them and the
-                // daemon take turns, each idle while the other worked)
-                for i in 1..=COMMANDS_PER_TURN {
-                    let Ok(cmd) = commands.try_recv() else { break };
-                    direct.command(cmd, &mut t.leave);
-                    if i % REPLIES_EVERY == 0 {
-                        direct.with(Shell::write_replies);
-                        // the daemon's other tasks have their turn; what those processes
-                        // send next meanwhile joins this batch (the reader, on its own
-                        // thread, queues behind the requests still waiting here)
-                        tokio::task::yield_now().await;
-                    }
-                }
-            }
+            Some(cmd) => take_commands(direct, t, cmd, commands).await,
             None => return false,
         },
         // an event is handled under the lock it was taken under: the device's reader,
@@ -887,6 +870,30 @@ async fn turn_once(
         return false;
     }
     true
+}
+
+/// A command and those queued behind it, up to [`COMMANDS_PER_TURN`]: the requests read
+/// meanwhile join this turn's batch; their replies go out every few requests, so the
+/// processes answered first run while the rest are decided (one write for a whole turn
+/// made them and the daemon take turns, each idle while the other worked).
+async fn take_commands(
+    direct: &Direct,
+    t: &mut Turn,
+    first: LsCommand,
+    commands: &mut mpsc::UnboundedReceiver<LsCommand>,
+) {
+    direct.command(first, &mut t.leave);
+    for i in 1..=COMMANDS_PER_TURN {
+        let Ok(cmd) = commands.try_recv() else { break };
+        direct.command(cmd, &mut t.leave);
+        if i % REPLIES_EVERY == 0 {
+            direct.with(Shell::write_replies);
+            // the daemon's other tasks have their turn; what those processes send next
+            // meanwhile joins this batch (the reader, on its own thread, queues behind
+            // the requests still waiting here)
+            tokio::task::yield_now().await;
+        }
+    }
 }
 
 impl Shell {
