@@ -31,7 +31,8 @@ for kind in ${KINDS:-rust c own}; do
         # corosync, the process, and the guest idle)
         cpus+=("$kind node $n: $(grep -h '_cpu_us_per_step' "$f" 2>/dev/null | tr '\n' ';')")
         # every run's number, for the medians when a kind runs more than once
-        owns[$kind$n]+="${own:+$own }" passes[$kind$n]+="${pass:+$pass }"
+        # (a run without a number keeps its place as "-", so that rounds stay aligned)
+        owns[$kind$n]+="${own:--} " passes[$kind$n]+="${pass:--} "
         [[ -n $own && -n $pass ]] || keep=1
     done
     # the run's ~60 MB go once its numbers are read (KEEP_RUN=1, or a missing number, keeps it)
@@ -46,21 +47,25 @@ printf '%s\n' "${cpus[@]}"
 # issue 14's targets, node by node, on the medians of each kind's runs (KINDS may name a kind
 # more than once): own file ours ≥ 1.2× C's ownership mode; lock passing ours ≥ 1.0× C in
 # either mode (the better of those that ran)
-median() { tr ' ' '\n' <<<"${1:-}" | grep . | sort -g |
+median() { tr ' ' '\n' <<<"${1:-}" | grep -v '^-\?$' | sort -g |
     awk '{ v[NR] = $1 } END { if (NR) printf "%s", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b }'; }
 better() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { print (a > b ? a : b) }'; }
 verdict() { awk -v x="$1" -v y="$2" -v t="$3" 'BEGIN { print (x >= t && y >= t ? "met" : "**missed**") }'; }
-# the i-th runs of two kinds against each other, round by round ("1.02 / 0.97 / ..."), as
+# two kinds' runs side by side, the i-th of each on line i ("-": no number, or no such run)
+side_by_side() {
+    paste -d' ' <(tr ' ' '\n' <<<"${1:-}" | grep .) <(tr ' ' '\n' <<<"${2:-}" | grep .) |
+        awk '{ print ($1 == "" ? "-" : $1), ($2 == "" ? "-" : $2) }'
+}
+# the i-th runs of two kinds against each other, round by round ("1.02 / — / 0.97"), as
 # vs_c prints them: a kind run many times is alternated with the others (the host drifts)
 rounds() {
-    paste -d' ' <(tr ' ' '\n' <<<"${1:-}" | grep .) <(tr ' ' '\n' <<<"${2:-}" | grep .) |
-        awk 'NF == 2 && $2 > 0 { printf "%s%.2f", (n++ ? " / " : ""), $1 / $2 }'
+    side_by_side "$@" | awk '{ r = ($1 > 0 && $2 > 0) ? sprintf("%.2f", $1 / $2) : "—"
+        printf "%s%s", (NR > 1 ? " / " : ""), r }'
 }
-# the better of two kinds' i-th runs (one kind alone when the other did not run)
+# the better of two kinds' i-th runs (one kind alone when the other has no number)
 betters() {
-    paste -d' ' <(tr ' ' '\n' <<<"${1:-}" | grep .) <(tr ' ' '\n' <<<"${2:-}" | grep .) |
-        awk '{ m = $1; if (NF == 2 && $2 > m) m = $2; printf "%s ", m }'
+    side_by_side "$@" | awk '{ m = $1; if ($2 != "-" && (m == "-" || $2 > m)) m = $2; printf "%s ", m }'
 }
 target() { # label threshold ratio1 ratio2 rounds1 rounds2
     [[ -n $3 && -n $4 ]] && echo "| $1 | $3 | $4 | $(verdict "$3" "$4" "$2") | $5; $6 |"
