@@ -15,7 +15,18 @@ KVER=${KVER:-$(cat "$IMG/kver")}
 own_run() {
     [[ -n ${RUN:-} ]] && return
     RUN=$(mktemp -d "/tmp/$1.XXXXXX")
-    trap 'rc=$?; if [[ $rc == 0 && ${KEEP_RUN:-0} != 1 ]]; then rm -rf "$RUN"; else echo "run kept: $RUN"; fi; exit $rc' EXIT
+    trap 'rc=$?; [[ $rc == 0 ]] || show_guests "$RUN"; if [[ $rc == 0 && ${KEEP_RUN:-0} != 1 ]]; then rm -rf "$RUN"; else echo "run kept: $RUN"; fi; exit $rc' EXIT
+}
+
+# show_guests RUN: where each guest was when a run failed (the CI keeps nothing but its
+# log): the last lines of each node's traced test.log and of each VM's console
+show_guests() {
+    local f
+    for f in "$1"/share/out/*/test.log "$1"/share/out/test.log "$1"/console-*.log; do
+        [[ -f $f ]] || continue
+        echo "--- last lines of ${f#"$1"/}"
+        tail -n 25 "$f" | cut -c1-300
+    done
 }
 
 # prepare_share RUN NEED_RUST: the 9p share (guest scripts; when NEED_RUST is yes our Debian

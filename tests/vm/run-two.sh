@@ -97,6 +97,10 @@ wait $p1 $p2
 [[ -n $fp ]] && { touch "$RUN/share/fence/stop"; wait "$fp"; }
 echo "VMs ran $((SECONDS - start)) s; results in $RUN/share/out (kept if the run fails, or with KEEP_RUN=1)"
 out=$RUN/share/out
+# a node that never met the other powered off at once (guest/lib.sh cluster_up)
+for f in "$out"/node*/no_cluster; do
+    [[ -f $f ]] && { echo "--- ${f#"$out"/}"; cat "$f"; }
+done
 if [[ -n ${SOAK:-} ]]; then
     for n in 1 2; do
         echo "=== node $n ($(cat "$RUN/share/conf/daemon$n"))"

@@ -69,17 +69,33 @@ barrier() {
     done
 }
 
-# cluster_up N: this VM's address on the socket network, corosync until quorate, dlm
-cluster_up() {
-    # the network device may still be on its way (udev's coldplug runs beside the test)
+# net_up N: this VM's address 10.9.0.N on its network device, found by the MAC address
+# run-two.sh gave it (52:54:00:00:09:0N) once udev has named it: udev's coldplug runs beside
+# the test and renames eth0 to ens7, and a name read before the rename is gone after it
+# (seen in CI: the address went onto eth0, the link stayed down as "ens7", corosync never
+# met the other node). Each step is checked; up to ~20 s.
+net_up() {
     modprobe virtio_net 2>/dev/null
-    for i in $(seq 50); do
-        IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
-        [ -n "$IF" ] && break
+    for i in $(seq 100); do
+        udevadm settle --timeout=5 2>/dev/null
+        IF=$(grep -l "^52:54:00:00:09:0$1\$" /sys/class/net/*/address 2>/dev/null | head -1)
+        IF=$(basename "$(dirname "${IF:-/x/none}")")
+        if [ "$IF" != none ] && ip addr replace 10.9.0.$1/24 dev "$IF" && ip link set "$IF" up &&
+            ip -o addr show dev "$IF" | grep -q "10\.9\.0\.$1/"; then
+            return 0
+        fi
         sleep 0.2
     done
-    ip addr add 10.9.0.$1/24 dev "$IF"
-    ip link set "$IF" up
+    echo "net_up: no network device with this node's MAC came up"
+    return 1
+}
+
+# cluster_up N: this VM's address on the socket network, corosync until quorate, dlm. A
+# node that never meets the other (no quorum after 2 minutes, where it takes seconds) says
+# so in $OUT/no_cluster and powers off at once, instead of hanging in mount until qemu's
+# timeout: run-two.sh prints it.
+cluster_up() {
+    net_up "$1"
     systemctl start corosync
     i=0
     until corosync-quorumtool -s | grep -q 'Quorate: *Yes'; do
@@ -88,6 +104,11 @@ cluster_up() {
         [ $i -gt 240 ] && break
     done
     corosync-quorumtool -s
+    if ! corosync-quorumtool -s | grep -q 'Quorate: *Yes'; then
+        { echo "node $1: not quorate after 2 minutes"; ip -br link; ip -br addr; corosync-cfgtool -s; } >$OUT/no_cluster 2>&1
+        sync
+        systemctl poweroff -ff
+    fi
     systemctl start dlm || journalctl -u dlm --no-pager | tail -40
 }
 
