@@ -78,9 +78,10 @@ net_up() {
     modprobe virtio_net 2>/dev/null
     for i in $(seq 100); do
         udevadm settle --timeout=5 2>/dev/null
-        IF=$(grep -l "^52:54:00:00:09:0$1\$" /sys/class/net/*/address 2>/dev/null | head -1)
-        IF=$(basename "$(dirname "${IF:-/x/none}")")
-        if [ "$IF" != none ] && ip addr replace 10.9.0.$1/24 dev "$IF" && ip link set "$IF" up &&
+        f=$(grep -l "^52:54:00:00:09:0$1\$" /sys/class/net/*/address 2>/dev/null | head -1)
+        IF=${f%/address}
+        IF=${IF##*/}
+        if [ -n "$f" ] && ip addr replace 10.9.0.$1/24 dev "$IF" && ip link set "$IF" up &&
             ip -o addr show dev "$IF" | grep -q "10\.9\.0\.$1/"; then
             return 0
         fi
