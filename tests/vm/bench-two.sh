@@ -52,10 +52,11 @@ median() { tr ' ' '\n' <<<"${1:-}" | grep -v '^-\?$' | sort -g |
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b }'; }
 better() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { print (a > b ? a : b) }'; }
 verdict() { awk -v x="$1" -v y="$2" -v t="$3" 'BEGIN { print (x >= t && y >= t ? "met" : "**missed**") }'; }
-# two kinds' runs side by side, the i-th of each on line i ("-": no number, or no such run)
+# two kinds' runs side by side, the i-th of each on line i ("-": no number, or no such run;
+# split on each space, so that a shorter first list leaves its column empty, not shifted)
 side_by_side() {
     paste -d' ' <(tr ' ' '\n' <<<"${1:-}" | grep .) <(tr ' ' '\n' <<<"${2:-}" | grep .) |
-        awk '{ print ($1 == "" ? "-" : $1), ($2 == "" ? "-" : $2) }'
+        awk -F'[ ]' '{ print ($1 == "" ? "-" : $1), ($2 == "" ? "-" : $2) }'
 }
 # the i-th runs of two kinds against each other, round by round ("1.02 / — / 0.97"), as
 # vs_c prints them: a kind run many times is alternated with the others (the host drifts)

@@ -87,16 +87,14 @@ net_up() {
         fi
         sleep 0.2
     done
-    echo "net_up: no network device with this node's MAC came up"
     return 1
 }
 
 # cluster_up N: this VM's address on the socket network, corosync until quorate, dlm. A
-# node that never meets the other (no quorum after 2 minutes, where it takes seconds) says
-# so in $OUT/no_cluster and powers off at once, instead of hanging in mount until qemu's
-# timeout: run-two.sh prints it.
+# node that never meets the other (no network device, or no quorum after 2 minutes where it
+# takes seconds) gives up at once instead of hanging in mount until qemu's timeout.
 cluster_up() {
-    net_up "$1"
+    net_up "$1" || no_cluster "node $1: no network device with this node's MAC came up"
     systemctl start corosync
     i=0
     until corosync-quorumtool -s | grep -q 'Quorate: *Yes'; do
@@ -104,13 +102,19 @@ cluster_up() {
         i=$((i + 1))
         [ $i -gt 240 ] && break
     done
-    corosync-quorumtool -s
-    if ! corosync-quorumtool -s | grep -q 'Quorate: *Yes'; then
-        { echo "node $1: not quorate after 2 minutes"; ip -br link; ip -br addr; corosync-cfgtool -s; } >$OUT/no_cluster 2>&1
-        sync
-        systemctl poweroff -ff
-    fi
+    q=$(corosync-quorumtool -s)
+    echo "$q"
+    echo "$q" | grep -q 'Quorate: *Yes' || no_cluster "node $1: not quorate after 2 minutes"
     systemctl start dlm || journalctl -u dlm --no-pager | tail -40
+}
+
+# no_cluster WHY: this node cannot meet the other: WHY, its links, addresses and corosync's
+# view into $OUT/no_cluster (run-two.sh prints it), then the VM off
+no_cluster() {
+    { echo "$1"; ip -br link; ip -br addr; corosync-cfgtool -s; } >$OUT/no_cluster 2>&1
+    sync
+    systemctl poweroff -ff
+    sleep 600
 }
 
 # begin_two: this node's number (dlmnode=N on the kernel command line), its results
