@@ -17,7 +17,7 @@ use dlm_proto::wire::{
 
 use crate::log::{PLOCK_DEBUG_TARGET, PLOCK_TARGET};
 use crate::membership::{self, ChangeInfo, Env, FenceView, Membership, NodeHistory};
-use crate::native::{CLAIM_MAX, Fresh, Local, OWNED_MAX, Owners, RELEASE_AT, ReplyOrder};
+use crate::native::{Fresh, Limits, Local, Owners, ReplyOrder, Rules, Waiting};
 
 /// What the lockspace's shell must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,7 +150,8 @@ struct Sending {
 const PUMP_AT_START: usize = 32;
 
 /// Something applied to the table in delivery order: held while the lockspace is stopped
-/// or our table goes out, saved while a joiner waits for the table.
+/// or our table goes out, saved while a joiner waits for the table. It is applied by the
+/// [`Rules`] of its place in the total order, whenever that is.
 #[derive(Debug, Clone)]
 enum Item {
     /// A request (a PLOCK message, or a NATIVE `REQUEST` entry).
@@ -189,7 +190,7 @@ pub struct NativeStats {
 }
 
 /// One lockspace on one node.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LsCore {
     name: LockspaceName,
     /// The name as text, shared by the plock log's records.
@@ -208,7 +209,7 @@ pub struct LsCore {
     save_plocks: bool,
     /// We said once that a CANCEL was refused for a C member's sake.
     cancel_warned: bool,
-    saved: Vec<Item>,
+    saved: Vec<(Item, Rules)>,
     /// While receiving the state: when saving began (ms) and PLOCKS_DATA restored.
     transfer: Option<(u64, u32)>,
     /// The node whose PLOCKS_DATA / PLOCKS_DONE we take (the started change's data node).
@@ -217,11 +218,7 @@ pub struct LsCore {
     unsent: Vec<PlockInfo>,
     /// Our table going out to a joiner.
     sending: Option<Sending>,
-    held: Vec<Item>,
-    /// The items held while stopped are being applied at a change's start: a claim among
-    /// them grants nothing, so after the last START nobody owns anything on any member
-    /// (and a joiner, which starts with no owners, agrees).
-    start_replay: bool,
+    held: Vec<(Item, Rules)>,
     left: bool,
     /// Native mode: who owns what (replicated).
     owners: Owners,
@@ -253,6 +250,10 @@ pub struct LsCore {
     deciding: bool,
     /// `plock_locks_max`: the most granted locks our processes may hold here (0: no bound).
     locks_max: usize,
+    /// Native mode's bounds.
+    limits: Limits,
+    /// The latest time we were given (ms): ages of the STATEs we send.
+    now_ms: u64,
     /// Says that requests were refused at `locks_max`, once a second.
     over_max_log: crate::rate::LogEvery,
 }
@@ -282,7 +283,6 @@ impl LsCore {
             unsent: Vec::new(),
             sending: None,
             held: Vec::new(),
-            start_replay: false,
             left: false,
             owners: Owners::default(),
             order: ReplyOrder::default(),
@@ -302,6 +302,8 @@ impl LsCore {
             generation: 0,
             deciding: false,
             locks_max: 0,
+            limits: Limits::default(),
+            now_ms: 0,
             over_max_log: crate::rate::LogEvery::default(),
         }
     }
@@ -335,6 +337,12 @@ impl LsCore {
         self.mem.set_c_peers_cancel(on);
     }
 
+    /// Our STARTs leave out these `HeaderFlags` bits, as a daemon of ours that predates
+    /// them does (the simulations mix versions of ours this way).
+    pub fn withhold_start_flags(&mut self, flags: u32) {
+        self.mem.withhold_start_flags(flags);
+    }
+
     /// Whether our STARTs offer deadlock detection (`plock_deadlock_detect`; off unless
     /// turned on). A lockspace detects deadlocks while every started member offers it.
     pub fn set_deadlock_detect(&mut self, on: bool) {
@@ -345,6 +353,12 @@ impl LsCore {
     /// would add one is refused -ENOLCK on this node (0: no bound).
     pub fn set_locks_max(&mut self, max: usize) {
         self.locks_max = max;
+    }
+
+    /// Native mode's bounds (the defaults unless a test makes them small).
+    pub fn set_native_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+        self.writer.set_max(limits.batch_max);
     }
 
     /// Native mode's counts so far.
@@ -440,6 +454,7 @@ impl LsCore {
 
     /// [`Self::event`] into `out` (the shell's kept vector: a delivery allocates none).
     pub fn event_into(&mut self, e: &LsEnv<'_>, ev: Event, out: &mut Vec<Action>) {
+        self.tick(e.now_ms);
         self.flush_into(out);
         let fx = match ev {
             Event::Deliver {
@@ -659,16 +674,35 @@ impl LsCore {
     /// Its actions are added to `out` (the shell reuses one vector: no allocation per
     /// request).
     pub fn request(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
+        self.tick(now_ms);
         self.order.expect(info);
         if self.need_plocks {
             self.unsent.push(*info);
         } else if self.over_locks_max(info) {
             self.refuse_over_max(now_ms, info, out);
-        } else if self.can_decide(info.number) {
+        } else if self.can_decide(info.number) && self.fits(info.number) {
             self.decide(now_ms, info, out);
         } else {
+            if self.can_decide(info.number) {
+                // its STATE might not fit one message: the resource goes back first
+                self.give_back_ours(info.number, out);
+            }
             self.send_request(now_ms, info, out);
         }
+    }
+
+    /// Time moves on (never back).
+    fn tick(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+    }
+
+    /// One more local decision on `number` leaves it small enough for one STATE: a request
+    /// adds at most two entries (a lock cut in two around a new one), and each waiter its
+    /// pass grants at most one more (it becomes a lock, which may cut one of its owner's in
+    /// two). Alone, no STATE is sent.
+    fn fits(&self, number: u64) -> bool {
+        let (held, _) = self.plocks.holders(number);
+        self.alone || held + 2 + self.plocks.waiter_count_of(number) <= self.limits.state_max
     }
 
     /// Our processes hold `locks_max` granted locks here and `info` would add one: a LOCK,
@@ -730,16 +764,25 @@ impl LsCore {
     fn decide(&mut self, now_ms: u64, info: &PlockInfo, out: &mut Vec<Action>) {
         self.stats.local += 1;
         self.deciding = true;
-        self.engine_apply(now_ms, self.our, info, out);
+        let rules = self.rules(self.our);
+        self.engine_apply(now_ms, self.our, info, rules, out);
         self.deciding = false;
         // a GET changes nothing; alone, nobody else keeps a table
         if info.op == dlm_proto::kernel::PlockOp::GET || self.alone {
             return;
         }
         self.local.dirty.insert(info.number);
-        // a resource grown too big for one STATE goes back to the shared table
-        if self.plocks.holders(info.number).0 > RELEASE_AT {
-            self.give_back_ours(info.number, out);
+        self.check_size(now_ms, info.number, out);
+    }
+
+    /// Our owned resource `number` changed: one grown past `release_at` goes back to the
+    /// shared table (requests of ours that crossed CPG grow it too); one that holds nothing
+    /// starts its idle time.
+    fn check_size(&mut self, now_ms: u64, number: u64, out: &mut Vec<Action>) {
+        let held = self.plocks.holders(number).0;
+        self.local.holding(number, held, now_ms);
+        if held > self.limits.release_at {
+            self.give_back_ours(number, out);
         }
     }
 
@@ -771,6 +814,7 @@ impl LsCore {
         if !self.native_sending || !self.local.releasing.insert(number) {
             return;
         }
+        self.local.not_ours(number);
         self.send_state(number, out);
         let release = self.resource_info(number);
         self.push_entry(NativeKind::Release, &release, out);
@@ -783,15 +827,28 @@ impl LsCore {
             return;
         }
         let mut held = std::mem::take(&mut self.scratch);
-        self.plocks.resource_state(number, &mut held);
-        if self.writer.len() + 1 + held.len() > dlm_proto::wire::MAX_NATIVE_ENTRIES {
+        self.plocks.resource_state(self.now_ms, number, &mut held);
+        // `fits` keeps every owned resource within one STATE
+        debug_assert!(
+            held.len() <= self.limits.state_max,
+            "STATE of {}",
+            held.len()
+        );
+        if held.len() > self.limits.state_max {
+            tracing::error!(
+                "{} plock resource {number:x}: a STATE of {} entries cannot be sent",
+                self.name,
+                held.len()
+            );
+        }
+        if self.writer.len() + 1 + held.len() > self.writer.max() {
             self.flush_into(out);
         }
         let header = self.resource_info(number);
         let count = u16::try_from(held.len()).unwrap_or(u16::MAX);
         self.push_entry(NativeKind::State { held: count }, &header, out);
         for h in &held {
-            let info = info_of(&header, &h.data);
+            let info = info_of(&header, h);
             let kind = NativeKind::Held {
                 candidate: h.candidate,
             };
@@ -822,7 +879,8 @@ impl LsCore {
     /// Every resource our decisions changed goes out as a STATE, then the batch: what the
     /// shell sends every `plock_native_sync_ms` (so other nodes' tables and dumps show our
     /// decisions), and what goes before our START.
-    pub fn sync(&mut self) -> Vec<Action> {
+    pub fn sync(&mut self, now_ms: u64) -> Vec<Action> {
+        self.tick(now_ms);
         let mut out = Vec::new();
         if self.native_sending {
             for number in std::mem::take(&mut self.local.dirty) {
@@ -862,9 +920,11 @@ impl LsCore {
             ));
             return;
         }
-        let claim = self.owners.owner(info.number).is_none()
+        // only a lock may claim: a GET or an UNLOCK of a file nobody uses holds nothing
+        let claim = info.op == dlm_proto::kernel::PlockOp::LOCK
+            && self.owners.owner(info.number).is_none()
             && !self.local.shared(info.number, now_ms)
-            && self.owners.count(self.our) < OWNED_MAX;
+            && self.owners.count(self.our) < self.limits.owned_max;
         self.push_entry(NativeKind::Request { claim }, info, out);
     }
 
@@ -906,8 +966,16 @@ impl LsCore {
 
     /// The once-a-second retry, or a quorum change.
     pub fn poll(&mut self, e: &LsEnv<'_>) -> Vec<Action> {
+        self.tick(e.now_ms);
         self.generation += 1;
-        let mut out = self.flush();
+        let mut out = Vec::new();
+        if self.native_sending {
+            // resources of ours that have held nothing for a while go back
+            for number in self.local.idle_since(e.now_ms, self.limits.idle_ms) {
+                self.give_back_ours(number, &mut out);
+            }
+        }
+        self.flush_into(&mut out);
         if self.fresh.poll(e.now_ms) {
             out.push(Action::Fresh);
         }
@@ -943,21 +1011,40 @@ impl LsCore {
         if self.need_plocks && !self.save_plocks {
             return;
         }
+        let from = match &item {
+            Item::Request { from, .. } => *from,
+            _ => self.our,
+        };
+        let rules = self.rules(from);
         if self.save_plocks {
-            self.saved.push(item);
+            self.saved.push((item, rules));
             return;
         }
         if self.mem.kernel_stopped() || self.sending.is_some() {
-            self.held.push(item);
+            self.held.push((item, rules));
             return;
         }
-        self.apply_item(e.now_ms, item, out);
+        self.apply_item(e.now_ms, item, rules, out);
     }
 
-    fn apply_item(&mut self, now_ms: u64, item: Item, out: &mut Vec<Action>) {
+    /// The rules of this point of the total order for an item from `from`: a claim is
+    /// granted only while a native change is started and no change is pending (a request
+    /// delivered between a confchg and the change's start grants none, on every member
+    /// alike, and a joiner has no owners), CANCEL and deadlock detection as the started
+    /// change agreed. The kernel's stop and start are points of the total order (the
+    /// confchg, the last START), so every member computes the same rules for an item.
+    fn rules(&self, from: u32) -> Rules {
+        Rules {
+            claims: self.native_sending,
+            cancel: self.mem.started_applies_cancel_from(from),
+            deadlock: self.mem.started_members_have(HeaderFlags::DEADLOCK_AWARE),
+        }
+    }
+
+    fn apply_item(&mut self, now_ms: u64, item: Item, rules: Rules, out: &mut Vec<Action>) {
         match item {
             Item::Request { from, info, claim } => {
-                self.apply_request(now_ms, from, &info, claim, out);
+                self.apply_request(now_ms, (from, info, claim, rules), out);
             }
             // the owner's table has it already; every other table becomes it
             Item::State {
@@ -974,20 +1061,11 @@ impl LsCore {
                     self.local.releasing.remove(&number);
                 }
                 if self.owners.owner(number) == Some(from) {
-                    self.give_back(now_ms, number, out);
+                    self.give_back(now_ms, number, rules.claims, out);
                 }
             }
-            Item::Purge(n) => {
-                self.owners.drop_requests_of(n);
-                let mut replies = Vec::new();
-                let purged = self.plocks.purge_node(now_ms, n, &mut replies);
-                tracing::debug!(target: PLOCK_DEBUG_TARGET, "purged {purged} plocks for {n}");
-                for r in replies {
-                    self.reply(r.info, out);
-                }
-                self.disown(now_ms, n, out);
-            }
-            Item::Disown(n) => self.disown(now_ms, n, out),
+            Item::Purge(n) => self.purge(now_ms, n, rules.claims, out),
+            Item::Disown(n) => self.disown(now_ms, n, rules.claims, out),
             Item::Sync { from, id } => self.sync_asked(from, id, out),
             Item::Synced { from, id, to } => {
                 if to == self.our && self.fresh.answered(id, from) {
@@ -1034,9 +1112,14 @@ impl LsCore {
             }
             return;
         }
-        if !self.native_sending || self.owners.count(self.our) == 0 {
+        if !self.native_sending
+            || self.owners.count(self.our) == 0
+            || !self.mem.started_members_have(HeaderFlags::NATIVE_SYNC)
+        {
             // not deciding now: our STATEs go before our START, and the asker's dump
-            // goes ahead when that change starts
+            // goes ahead when that change starts; and a member of ours that predates SYNC
+            // would refuse the whole batch our SYNCED is in (a SYNC held across the change
+            // that brought it)
             return;
         }
         for number in std::mem::take(&mut self.local.dirty) {
@@ -1055,21 +1138,15 @@ impl LsCore {
     /// owns, or one with requests already waiting, waits for the owner to give it back;
     /// anything else is applied, and a claim granted when the resource is the claimer's
     /// alone.
-    fn apply_request(
-        &mut self,
-        now_ms: u64,
-        from: u32,
-        info: &PlockInfo,
-        claim: bool,
-        out: &mut Vec<Action>,
-    ) {
+    fn apply_request(&mut self, now_ms: u64, req: Waiting, out: &mut Vec<Action>) {
+        let (from, info, claim, rules) = req;
         let number = info.number;
         if from != self.our {
             self.local.saw_shared(number, now_ms);
         }
         if let Some(owner) = self.owners.owner(number) {
             if owner != from || self.owners.recalling(number) {
-                let first = self.owners.wait(number, (from, *info, claim));
+                let first = self.owners.wait(number, req);
                 if first && owner == self.our {
                     self.stats.recalls += 1;
                     self.give_back_ours(number, out);
@@ -1080,40 +1157,81 @@ impl LsCore {
         if from == self.our {
             self.local.applied(number);
         }
-        self.engine_apply(now_ms, from, info, out);
+        self.engine_apply(now_ms, from, &info, rules, out);
         let (held, by) = self.plocks.holders(number);
         let theirs = held == 0 || by.is_some_and(|n| i64::from(n) == i64::from(from));
         if claim
-            && self.native_sending
-            && !self.start_replay
+            && rules.claims
             && theirs
-            && held <= CLAIM_MAX
+            && held <= self.limits.claim_max
             && self.owners.owner(number).is_none()
-            && self.owners.count(from) < OWNED_MAX
+            && self.owners.count(from) < self.limits.owned_max
         {
             self.owners.grant(number, from);
         }
+        if from == self.our && self.owners.owner(number) == Some(self.our) {
+            self.check_size(now_ms, number, out);
+        }
     }
 
-    /// The owner of `number` is cleared and what waited for it applied in order.
-    fn give_back(&mut self, now_ms: u64, number: u64, out: &mut Vec<Action>) {
-        for (from, info, claim) in self.owners.release(number) {
-            self.apply_request(now_ms, from, &info, claim, out);
+    /// The owner of `number` is cleared: the resource's waiter pass, which a purge left to
+    /// the owner (every replica has the owner's last STATE by now, so the pass is the same
+    /// everywhere), then what waited for it, in order, a claim among them granted by the
+    /// rules of the give-back's place (`claims`).
+    fn give_back(&mut self, now_ms: u64, number: u64, claims: bool, out: &mut Vec<Action>) {
+        if self.owners.owner(number) == Some(self.our) {
+            self.local.not_ours(number);
+        }
+        let waiting = self.owners.release(number);
+        let mut replies = std::mem::take(&mut self.replies);
+        self.plocks.pass(now_ms, number, &mut replies);
+        for r in replies.drain(..) {
+            self.reply(r.info, out);
+        }
+        self.replies = replies;
+        for (from, info, claim, rules) in waiting {
+            let rules = Rules { claims, ..rules };
+            self.apply_request(now_ms, (from, info, claim, rules), out);
         }
     }
 
     /// Everything `node` owns goes back, in number order.
-    fn disown(&mut self, now_ms: u64, node: u32, out: &mut Vec<Action>) {
+    fn disown(&mut self, now_ms: u64, node: u32, claims: bool, out: &mut Vec<Action>) {
         for number in self.owners.owned_by(node) {
-            self.give_back(now_ms, number, out);
+            self.give_back(now_ms, number, claims, out);
         }
     }
 
-    /// The engine applies a request; our replies leave in the kernel's order.
-    fn engine_apply(&mut self, now_ms: u64, from: u32, info: &PlockInfo, out: &mut Vec<Action>) {
-        if info.op == dlm_proto::kernel::PlockOp::CANCEL
-            && !self.mem.started_applies_cancel_from(from)
-        {
+    /// `purge_plocks` of a node that left: its locks and waiters go everywhere, and what it
+    /// owned goes back. A resource another node owns is left to its owner: it holds nothing
+    /// of the node purged, and this replica's copy may be older than the owner's, whose
+    /// STATE is on its way — the waiter pass a purge runs would then differ between the
+    /// owner and the others (the pass runs at the give-back instead).
+    fn purge(&mut self, now_ms: u64, node: u32, claims: bool, out: &mut Vec<Action>) {
+        self.owners.drop_requests_of(node);
+        let mut replies = Vec::new();
+        let owners = &self.owners;
+        let owned_by_another = |number| owners.owner(number).is_some_and(|o| o != node);
+        let purged = self
+            .plocks
+            .purge_node_but(now_ms, node, owned_by_another, &mut replies);
+        tracing::debug!(target: PLOCK_DEBUG_TARGET, "purged {purged} plocks for {node}");
+        for r in replies {
+            self.reply(r.info, out);
+        }
+        self.disown(now_ms, node, claims, out);
+    }
+
+    /// The engine applies a request by `rules`; our replies leave in the kernel's order.
+    fn engine_apply(
+        &mut self,
+        now_ms: u64,
+        from: u32,
+        info: &PlockInfo,
+        rules: Rules,
+        out: &mut Vec<Action>,
+    ) {
+        if info.op == dlm_proto::kernel::PlockOp::CANCEL && !rules.cancel {
             // a C member's CANCEL: a C 4.2 originator kept the waiter, so do we, on every
             // node alike (the members' START flags decide, in total order)
             if from == self.our {
@@ -1129,8 +1247,7 @@ impl LsCore {
         }
         let mut replies = std::mem::take(&mut self.replies);
         // deadlock detection as the started change agreed, on every replica alike
-        self.plocks
-            .set_deadlock_detect(self.mem.started_members_have(HeaderFlags::DEADLOCK_AWARE));
+        self.plocks.set_deadlock_detect(rules.deadlock);
         // a message from a node that lies about itself was checked above; the engine's
         // own refusal cannot happen here
         let _ = self.plocks.apply(now_ms, from, info, &mut replies);
@@ -1150,8 +1267,8 @@ impl LsCore {
     }
 
     fn release_held(&mut self, e: &LsEnv<'_>, out: &mut Vec<Action>) {
-        for item in std::mem::take(&mut self.held) {
-            self.apply_item(e.now_ms, item, out);
+        for (item, rules) in std::mem::take(&mut self.held) {
+            self.apply_item(e.now_ms, item, rules, out);
         }
     }
 
@@ -1165,12 +1282,17 @@ impl LsCore {
                     self.sending = None;
                     // what we decided goes out before our START; then no local decision,
                     // no NATIVE message until a native change starts
-                    out.extend(self.sync());
+                    out.extend(self.sync(e.now_ms));
                     self.native_sending = false;
                     self.local.dirty.clear();
+                    // our START gives back everything we own
+                    self.local.forget_idle();
                     out.push(Action::StopKernel);
                 }
-                membership::Action::PurgePlocks(n) => self.held.push(Item::Purge(n)),
+                membership::Action::PurgePlocks(n) => {
+                    let rules = self.rules(self.our);
+                    self.held.push((Item::Purge(n), rules));
+                }
                 membership::Action::KickNode(n) => out.push(Action::KickNode(n)),
                 membership::Action::SendStart { seq, flags, body } => {
                     let header = DlmHeader {
@@ -1187,10 +1309,10 @@ impl LsCore {
                     event_done,
                     ..
                 } => {
-                    // the requests held while stopped are applied next: they must see
-                    // whether the started change is native, and grant no claim
+                    // the items held while stopped are applied next, each by the rules of
+                    // its place (a claim among them grants nothing); what we send from
+                    // here (an owner's RELEASE for a recall among them) counts from now
                     self.change_started();
-                    self.start_replay = true;
                     out.push(Action::StartKernel {
                         write_id,
                         members,
@@ -1218,7 +1340,6 @@ impl LsCore {
             if !self.mem.kernel_stopped() && self.sending.is_none() {
                 self.release_held(e, &mut out);
             }
-            self.start_replay = false;
         }
         out
     }
@@ -1384,7 +1505,7 @@ impl LsCore {
         let saved = self
             .saved
             .iter()
-            .filter(|i| matches!(i, Item::Request { .. }))
+            .filter(|(i, _)| matches!(i, Item::Request { .. }))
             .count();
         self.finish_transfer(e, out);
         tracing::debug!(target: PLOCK_TARGET, "process_saved_plocks {saved} done");
@@ -1410,11 +1531,11 @@ impl LsCore {
         for info in std::mem::take(&mut self.unsent) {
             self.send_request(e.now_ms, &info, out);
         }
-        for item in std::mem::take(&mut self.saved) {
+        for (item, rules) in std::mem::take(&mut self.saved) {
             if self.mem.kernel_stopped() {
-                self.held.push(item);
+                self.held.push((item, rules));
             } else {
-                self.apply_item(e.now_ms, item, out);
+                self.apply_item(e.now_ms, item, rules, out);
             }
         }
     }
@@ -1485,9 +1606,11 @@ impl LsCore {
     }
 }
 
-/// A HELD entry's lock or waiter.
+/// A HELD entry's lock or waiter; its `rv` is its age in seconds (0 from a daemon of ours
+/// that predates ages, which fills no field it does not know).
 fn held_of(info: &PlockInfo, candidate: bool) -> dlm_plock::Held {
     dlm_plock::Held {
+        age_ms: u64::try_from(info.rv).unwrap_or(0) * 1000,
         data: dlm_proto::wire::PlockData {
             start: info.start,
             end: info.end,
@@ -1501,9 +1624,11 @@ fn held_of(info: &PlockInfo, candidate: bool) -> dlm_plock::Held {
     }
 }
 
-/// The HELD entry of a lock or waiter of the STATE `header`.
-fn info_of(header: &PlockInfo, d: &dlm_proto::wire::PlockData) -> PlockInfo {
+/// The HELD entry of a lock or waiter of the STATE `header` (its age in `rv`, in seconds).
+fn info_of(header: &PlockInfo, h: &dlm_plock::Held) -> PlockInfo {
+    let d = &h.data;
     PlockInfo {
+        rv: i32::try_from(h.age_ms / 1000).unwrap_or(i32::MAX),
         version: dlm_proto::kernel::PLOCK_VERSION,
         op: dlm_proto::kernel::PlockOp::LOCK,
         ex: d.ex,

@@ -217,6 +217,8 @@ pub struct Membership {
     deadlock: bool,
     /// `c_peers_apply_cancel=1`: our START says the C members apply CANCEL.
     c_peers_cancel: bool,
+    /// START flags we leave out (the simulations play a daemon of ours that predates them).
+    withheld: u32,
     /// The data node of the last `prepare_plocks` (C's `plock_data_node`; 0 before).
     plock_data_node: u32,
     need_plocks: bool,
@@ -242,6 +244,7 @@ impl Membership {
             native: true,
             deadlock: false,
             c_peers_cancel: false,
+            withheld: 0,
             plock_data_node: 0,
             cpg_ring_seq: 0,
             ring_wait: false,
@@ -252,6 +255,12 @@ impl Membership {
     /// Whether our STARTs offer native mode (`plock_native`; on unless turned off).
     pub fn set_native(&mut self, on: bool) {
         self.native = on;
+    }
+
+    /// Our STARTs leave out `flags`, as a daemon of ours from before them does: the
+    /// simulations mix versions of ours (a rolling upgrade) this way.
+    pub fn withhold_start_flags(&mut self, flags: u32) {
+        self.withheld = flags;
     }
 
     /// Whether our STARTs offer deadlock detection (`plock_deadlock_detect`); they then
@@ -835,7 +844,7 @@ impl Membership {
         if !self.need_plocks {
             f |= HeaderFlags::HAVEPLOCK;
         }
-        f
+        f & !self.withheld
     }
 
     /// `start_kernel`

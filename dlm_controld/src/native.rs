@@ -16,17 +16,66 @@ pub const CLAIM_MAX: usize = 64;
 /// An owner gives a resource back when it grows past this many locks and waiters (its
 /// STATE must fit in one message: at most [`dlm_proto::wire::MAX_STATE_HELD`]).
 pub const RELEASE_AT: usize = 200;
+/// An owned resource that has held nothing for this long (ms) is given back: a claim
+/// costs the other nodes memory and a recall, and one that holds nothing saves nothing.
+pub const IDLE_MS: u64 = 10_000;
+
+/// Native mode's size bounds and timeouts: the defaults above, or (in the tests that
+/// explore every interleaving) a few entries, so that a resource crosses them quickly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Resources one node may own.
+    pub owned_max: usize,
+    /// A resource is claimed only with at most this many locks and waiters.
+    pub claim_max: usize,
+    /// An owner gives a resource back when it holds more locks and waiters than this.
+    pub release_at: usize,
+    /// HELD entries one STATE carries at most: no local decision may take a resource
+    /// past it.
+    pub state_max: usize,
+    /// Entries one NATIVE message carries at most.
+    pub batch_max: usize,
+    /// An owned resource holding nothing this long (ms) is given back.
+    pub idle_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            owned_max: OWNED_MAX,
+            claim_max: CLAIM_MAX,
+            release_at: RELEASE_AT,
+            state_max: dlm_proto::wire::MAX_STATE_HELD,
+            batch_max: dlm_proto::wire::MAX_NATIVE_ENTRIES,
+            idle_ms: IDLE_MS,
+        }
+    }
+}
+
 /// After another node used a resource, we do not ask to own it for this long.
 const SHARED_MS: u64 = 1000;
 /// Resources remembered as shared.
 const SHARED_MAX: usize = 4096;
 
+/// How a delivered request is applied, fixed at its place in the total order (it may be
+/// applied later: held while stopped, by the node sending its table, by a joiner, or in a
+/// recall), so that every member applies it alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// A claim may be granted (a native change is started, no change pending).
+    pub claims: bool,
+    /// A CANCEL is applied (the started change's rule for its sender).
+    pub cancel: bool,
+    /// Deadlock detection is on (every started member offers it).
+    pub deadlock: bool,
+}
+
 /// A request delivered for an owned resource, waiting for its owner to give it back:
-/// sender, request, whether it claims.
-pub type Waiting = (u32, PlockInfo, bool);
+/// sender, request, whether it claims, the rules of its delivery.
+pub type Waiting = (u32, PlockInfo, bool, Rules);
 
 /// Who owns which resource, and the recalls in progress (replicated).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Owners {
     owner: BTreeMap<u64, u32>,
     recall: BTreeMap<u64, VecDeque<Waiting>>,
@@ -120,7 +169,7 @@ impl Owners {
         let mut dropped = 0;
         for q in self.recall.values_mut() {
             let before = q.len();
-            q.retain(|(from, _, _)| *from != node);
+            q.retain(|(from, _, _, _)| *from != node);
             dropped += before - q.len();
         }
         self.waiting -= dropped;
@@ -130,7 +179,7 @@ impl Owners {
 /// A dump that shows every owner's decisions: our NATIVE SYNC asks each node that owns
 /// resources for their STATEs, and the dump is made once each has answered SYNCED (its
 /// STATEs came before). One SYNC of ours at a time; a dump asked for meanwhile joins it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Fresh {
     next_id: u64,
     pending: Option<FreshWait>,
@@ -138,7 +187,7 @@ pub struct Fresh {
     last_ms: Option<u64>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct FreshWait {
     id: u64,
     /// The owners to hear from, once our SYNC is delivered (`None` until then).
@@ -230,12 +279,12 @@ impl Fresh {
 
 /// The kernel matches the reply to a non-blocking request with the oldest such request of
 /// its fsid it handed us (`dev_write`): replies ready out of that order wait here.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ReplyOrder {
     slots: VecDeque<Slot>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Slot {
     op: u8,
     number: u64,
@@ -315,7 +364,7 @@ impl ReplyOrder {
 
 /// This node's records for local decisions. Its maps are keyed by inode numbers a local
 /// user chooses, so they hash with a per-process key.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Local {
     /// Our requests sent through CPG and not yet applied, per resource.
     in_cpg: HashMap<u64, u32, KeyedNumbers>,
@@ -327,6 +376,8 @@ pub struct Local {
     pub dirty: std::collections::BTreeSet<u64>,
     /// Owned resources we gave back (RELEASE sent, not yet delivered).
     pub releasing: HashSet<u64, KeyedNumbers>,
+    /// Our owned resources that hold nothing, with since when (ms).
+    idle: HashMap<u64, u64, KeyedNumbers>,
 }
 
 impl Local {
@@ -339,7 +390,40 @@ impl Local {
             shared: HashMap::with_hasher(h),
             dirty: std::collections::BTreeSet::new(),
             releasing: HashSet::with_hasher(h),
+            idle: HashMap::with_hasher(h),
         }
+    }
+
+    /// Our owned resource `number` holds `holders` locks and waiters at `now_ms`.
+    pub fn holding(&mut self, number: u64, holders: usize, now_ms: u64) {
+        if holders == 0 {
+            self.idle.entry(number).or_insert(now_ms);
+        } else {
+            self.idle.remove(&number);
+        }
+    }
+
+    /// `number` is ours no more (given back, or disowned at a change).
+    pub fn not_ours(&mut self, number: u64) {
+        self.idle.remove(&number);
+    }
+
+    /// Forgets every idle resource (a change gives everything back).
+    pub fn forget_idle(&mut self) {
+        self.idle.clear();
+    }
+
+    /// Our owned resources that have held nothing for `idle_ms` at `now_ms`, in number
+    /// order (at most [`OWNED_MAX`]: one walk a second).
+    pub fn idle_since(&self, now_ms: u64, idle_ms: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .idle
+            .iter()
+            .filter(|&(_, &t)| now_ms.saturating_sub(t) >= idle_ms)
+            .map(|(&n, _)| n)
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// One of ours for `number` went to CPG.
@@ -459,8 +543,13 @@ mod tests {
         w.grant(5, 2);
         w.grant(6, 2);
         assert_eq!((w.count(2), w.owner(5)), (2, Some(2)));
-        assert!(w.wait(5, (3, info(PlockOp::LOCK, 5, true), false)));
-        assert!(!w.wait(5, (4, info(PlockOp::GET, 5, false), false)));
+        let rules = Rules {
+            claims: true,
+            cancel: true,
+            deadlock: false,
+        };
+        assert!(w.wait(5, (3, info(PlockOp::LOCK, 5, true), false, rules)));
+        assert!(!w.wait(5, (4, info(PlockOp::GET, 5, false), false, rules)));
         assert!(w.recalling(5) && w.waiting() == 2);
         w.drop_requests_of(4);
         assert_eq!(w.waiting(), 1);

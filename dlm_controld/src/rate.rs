@@ -51,7 +51,7 @@ impl RateLimit {
 
 /// At most one line a second; says how many were held back since the last one. Pure:
 /// the caller supplies the time (monotonic milliseconds).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LogEvery {
     last: Option<u64>,
     held: u64,

@@ -279,7 +279,7 @@ pub fn run(bytes: &[u8]) {
         }
         // the shell's end of turn: the batch goes out, and now and then our STATEs
         let out = match (core.batch_urgent(), r[7] & 0x20 != 0) {
-            (_, true) => core.sync(),
+            (_, true) => core.sync(env.now_ms),
             (true, false) => core.flush(),
             (false, false) => Vec::new(),
         };

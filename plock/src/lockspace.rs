@@ -653,6 +653,19 @@ impl Lockspace {
     /// runs the waiter pass on every resource that may have grantable waiters. Replies for
     /// this node's granted waiters are pushed onto `out`.
     pub fn purge_node(&mut self, now: u64, nodeid: u32, out: &mut Vec<Reply>) -> usize {
+        self.purge_node_but(now, nodeid, |_| false, out)
+    }
+
+    /// [`Self::purge_node`], but resources for which `leave(number)` holds get no waiter
+    /// pass (native mode: another node decides them, and this replica's copy may be older
+    /// than the owner's); their owner's give-back runs it ([`Self::pass`]).
+    pub fn purge_node_but(
+        &mut self,
+        now: u64,
+        nodeid: u32,
+        leave: impl Fn(u64) -> bool,
+        out: &mut Vec<Reply>,
+    ) -> usize {
         let nodeid = i32::try_from(nodeid).unwrap_or(i32::MAX);
         let mut purged = 0;
         // its one-lock resources go with their lock; they have no waiter, so this grants
@@ -701,7 +714,7 @@ impl Lockspace {
                 self.del_waiter(r, s);
                 purged += 1;
             }
-            if !self.full(r).waiters.is_empty() {
+            if !self.full(r).waiters.is_empty() && !leave(self.res(r).number) {
                 self.do_waiters(r, now, out);
             }
             self.settle(r);

@@ -607,7 +607,7 @@ impl Shell {
         }
         if std::mem::take(&mut self.sync.now) {
             self.sync.armed = false;
-            let a = self.core.sync();
+            let a = self.core.sync(crate::clock::monotonic_ms());
             self.perform(a);
         }
         if self.core.batch_pending() && !self.sync.armed {

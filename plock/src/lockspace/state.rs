@@ -14,6 +14,8 @@ pub struct Held {
     pub data: PlockData,
     /// A waiter to examine at the next pass.
     pub candidate: bool,
+    /// Milliseconds since it was granted (a lock, to the second) or started waiting.
+    pub age_ms: u64,
 }
 
 impl Lockspace {
@@ -38,9 +40,18 @@ impl Lockspace {
         }
     }
 
+    /// How many of resource `number`'s [`Self::holders`] are waiters. O(1).
+    pub fn waiter_count_of(&self, number: u64) -> usize {
+        match self.find(number).map(|r| &self.res(r).body) {
+            Some(Body::Full(f)) => f.waiters.len(),
+            _ => 0,
+        }
+    }
+
     /// The locks (list order) and waiters (FIFO order) of resource `number` into `out`
-    /// (emptied first; nothing for a resource the table does not have).
-    pub fn resource_state(&self, number: u64, out: &mut Vec<Held>) {
+    /// (emptied first; nothing for a resource the table does not have), with their ages
+    /// at `now`.
+    pub fn resource_state(&self, now: u64, number: u64, out: &mut Vec<Held>) {
         out.clear();
         let Some(r) = self.find(number) else {
             return;
@@ -57,6 +68,7 @@ impl Lockspace {
                 waiter: false,
             },
             candidate: false,
+            age_ms: l.age_ms(now),
         }));
         let Body::Full(f) = &self.res(r).body else {
             return;
@@ -64,6 +76,7 @@ impl Lockspace {
         for s in self.waiters.iter(&f.waiters) {
             let waiter = self.waiters.get(s);
             let (w, candidate) = (&waiter.info, waiter.candidate);
+            let age_ms = now.saturating_sub(waiter.since);
             out.push(Held {
                 data: PlockData {
                     start: w.start,
@@ -75,12 +88,14 @@ impl Lockspace {
                     waiter: true,
                 },
                 candidate,
+                age_ms,
             });
         }
     }
 
     /// Makes resource `number` hold exactly `state` (as [`Self::resource_state`] gives
-    /// it): whatever it held goes, without a waiter pass or a reply. `now` stamps ages.
+    /// it): whatever it held goes, without a waiter pass or a reply. Each entry's age
+    /// counts back from `now`.
     pub fn replace_resource(
         &mut self,
         now: u64,
@@ -100,6 +115,7 @@ impl Lockspace {
         self.promote(r);
         for e in state {
             let nodeid = i32::try_from(e.data.nodeid).unwrap_or(i32::MAX);
+            let since = now.saturating_sub(e.age_ms);
             if e.data.waiter {
                 let info = PlockInfo {
                     version: PLOCK_VERSION,
@@ -116,13 +132,28 @@ impl Lockspace {
                     end: e.data.end,
                     owner: e.data.owner,
                 };
-                self.add_waiter(r, info, now, e.candidate);
+                self.add_waiter(r, info, since, e.candidate);
             } else {
-                self.restore_entry(r, &e.data, nodeid, now);
+                self.restore_entry(r, &e.data, nodeid, since);
             }
         }
         self.settle(r);
         Ok(())
+    }
+
+    /// The waiter pass of resource `number` (`do_waiters`), if it has waiters a pass would
+    /// examine; replies for the waiters it grants go onto `out`. Native mode runs it when
+    /// an owner gives a resource back: a purge left the resource's pass to its owner.
+    pub fn pass(&mut self, now: u64, number: u64, out: &mut Vec<Reply>) {
+        if !self.dirty.contains(&number) {
+            return;
+        }
+        if let Some(r) = self.find(number) {
+            if matches!(self.res(r).body, Body::Full(_)) && !self.full(r).waiters.is_empty() {
+                self.do_waiters(r, now, out);
+            }
+            self.settle(r);
+        }
     }
 
     /// Every lock and waiter of `r` goes (no pass), and so does the resource.

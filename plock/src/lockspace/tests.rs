@@ -343,7 +343,7 @@ fn a_replaced_resource_decides_like_its_source() {
         }
         let mut state = Vec::new();
         for number in 0..4 {
-            a.resource_state(number, &mut state);
+            a.resource_state(0, number, &mut state);
             b.replace_resource(5, number, &state).expect("replace");
         }
         assert_eq!(a.digest(), b.digest(), "round {round}");
@@ -440,7 +440,7 @@ fn freed_behind_the_pass(bystander: bool, cancel: bool) {
     assert!(!granted(&out, 2), "A is behind the pass: {out:?}");
     assert_eq!(ls.waiter_count(), 1 + others);
     let mut state = Vec::new();
-    ls.resource_state(5, &mut state);
+    ls.resource_state(0, 5, &mut state);
     let candidates = state.iter().filter(|h| h.candidate).count();
     assert_eq!(candidates, 1, "A is left a candidate: {state:?}");
     out.clear();
@@ -455,7 +455,7 @@ fn freed_behind_the_pass(bystander: bool, cancel: bool) {
         // owner 7 waits on B's shared range, in the slot A had
         ls.apply(5, 1, &lock_of(7, true, true, 5, 5), &mut out)
             .expect("apply");
-        ls.resource_state(5, &mut state);
+        ls.resource_state(0, 5, &mut state);
         assert!(
             state.iter().all(|h| !h.candidate),
             "no candidate: {state:?}"
@@ -500,4 +500,58 @@ fn a_grant_in_a_heap_pass_that_frees_every_waiter_ahead() {
         "both waiters granted in the pass: {out:?}"
     );
     assert_eq!(ls.waiter_count(), 0);
+}
+
+/// Native mode's give-back: a purge may leave a resource's waiter pass to its owner
+/// (`purge_node_but`), and `pass` runs it later; a state carries each entry's age.
+#[test]
+fn a_purge_can_leave_a_pass_for_the_give_back_and_states_keep_ages() {
+    let mut ls = Lockspace::new(1, 7, 3);
+    let mut out = Vec::new();
+    let granted = |out: &[Reply], owner: u64| {
+        out.iter()
+            .any(|r| r.info.owner == owner && r.info.wait && r.info.rv == 0)
+    };
+    ls.apply(1000, 1, &lock_of(1, true, false, 0, 5), &mut out)
+        .expect("apply");
+    ls.apply(1000, 1, &lock_of(2, true, false, 6, 10), &mut out)
+        .expect("apply");
+    ls.apply(2000, 1, &lock_of(3, false, true, 0, 10), &mut out)
+        .expect("apply");
+    ls.apply(2000, 1, &lock_of(2, false, true, 4, 10), &mut out)
+        .expect("apply");
+    assert_eq!(ls.waiter_count_of(5), 2);
+    out.clear();
+    let unlock = PlockInfo {
+        op: PlockOp::UNLOCK,
+        ..lock_of(1, false, false, 0, 5)
+    };
+    ls.apply(3000, 1, &unlock, &mut out).expect("apply");
+    assert!(
+        granted(&out, 2) && !granted(&out, 3),
+        "3 is behind the pass"
+    );
+    out.clear();
+    // a node that holds nothing leaves: resource 5's pass is left to its owner
+    ls.purge_node_but(4000, 9, |n| n == 5, &mut out);
+    assert!(out.is_empty(), "no pass on 5: {out:?}");
+    ls.pass(5000, 4, &mut out);
+    assert!(out.is_empty(), "no such resource");
+    ls.pass(5000, 5, &mut out);
+    assert!(granted(&out, 3), "the give-back's pass grants 3: {out:?}");
+    assert_eq!(ls.waiter_count_of(5), 0);
+    out.clear();
+    ls.pass(5000, 5, &mut out);
+    assert!(out.is_empty(), "no candidate left");
+    // the ages a state carries are those of the source, on any other replica
+    ls.apply(6000, 1, &lock_of(4, true, true, 4, 4), &mut out)
+        .expect("apply");
+    let mut state = Vec::new();
+    ls.resource_state(9000, 5, &mut state);
+    let mut other = Lockspace::new(2, 7, 4);
+    other.replace_resource(100_000, 5, &state).expect("replace");
+    let ages = |t: &Lockspace, now| -> Vec<u64> { t.dump_of(5, now).map(|e| e.age_ms).collect() };
+    assert_eq!(ages(&ls, 9000), ages(&other, 100_000));
+    assert!(ages(&ls, 9000).contains(&3000), "the waiter's 3 s");
+    assert_eq!(other.oldest_waiter_since(), Some(100_000 - 3000));
 }

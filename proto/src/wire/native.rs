@@ -208,6 +208,8 @@ impl<'a> NativeBatch<'a> {
 pub struct NativeWriter {
     header: DlmHeader,
     buf: Vec<u8>,
+    /// Entries a message holds at most.
+    max: usize,
 }
 
 impl NativeWriter {
@@ -221,7 +223,19 @@ impl NativeWriter {
                 ..header
             },
             buf,
+            max: MAX_NATIVE_ENTRIES,
         }
+    }
+
+    /// Messages hold at most `max` entries from now on (1 to [`MAX_NATIVE_ENTRIES`]; the
+    /// default is the most): tests make them small to reach the bounds with a few entries.
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max.clamp(1, MAX_NATIVE_ENTRIES);
+    }
+
+    /// Entries a message holds at most.
+    pub fn max(&self) -> usize {
+        self.max
     }
 
     /// Entries written since the last [`Self::finish`].
@@ -234,9 +248,9 @@ impl NativeWriter {
         self.buf.len() == HEADER_SIZE
     }
 
-    /// The message is full ([`MAX_NATIVE_ENTRIES`]).
+    /// The message is full ([`Self::max`] entries).
     pub fn is_full(&self) -> bool {
-        self.len() >= MAX_NATIVE_ENTRIES
+        self.len() >= self.max
     }
 
     /// Appends an entry; a full writer must be finished first (the entry is refused).
@@ -433,6 +447,15 @@ mod tests {
         }
         assert!(w.is_full() && !w.push(&e));
         let bytes = w.finish().expect("full");
+        w.set_max(3);
+        for _ in 0..3 {
+            assert!(w.push(&e));
+        }
+        assert!(w.is_full() && !w.push(&e) && w.max() == 3);
+        assert_eq!(
+            w.finish().map(|b| b.len()),
+            Some(HEADER_SIZE + 3 * NATIVE_ENTRY_SIZE)
+        );
         let Ok(Message {
             body: Body::Native(b),
             ..
