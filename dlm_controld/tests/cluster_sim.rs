@@ -19,6 +19,7 @@
 //! left must still conflict with a granted lock of another owner (after a no-op UNLOCK on
 //! each inode, for C's single-pass anomaly): a waiter whose conflict went away was granted.
 
+mod procs;
 mod sim;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,6 +2,7 @@
 //! `LsCore` on the simulated bus): the defects issue 51 found, and the claim released while
 //! a change starts. Each failed before its fix.
 
+mod procs;
 mod sim;
 
 use std::collections::BTreeSet;
@@ -39,7 +40,7 @@ fn claim_across_a_join(joiner_is_c: bool) -> Sim {
     assert_eq!(sim.nodes[&2].core.owner_of(0), Some(2), "node 2 claimed it");
     let unlocked = sim.ask_now(2, PlockOp::UNLOCK, 0, 5);
     assert_eq!(
-        sim.nodes[&2].requests[&unlocked].rv,
+        sim.nodes[&2].procs.requests[&unlocked].rv,
         Some(0),
         "decided at once"
     );
@@ -54,7 +55,7 @@ fn claim_across_a_join(joiner_is_c: bool) -> Sim {
     sim.check_quiet();
     for (id, pid) in [(2, theirs), (1, ours)] {
         assert_eq!(
-            sim.nodes[&id].requests[&pid].rv,
+            sim.nodes[&id].procs.requests[&pid].rv,
             Some(0),
             "node {id}'s request"
         );
@@ -73,7 +74,7 @@ fn claim_across_a_join(joiner_is_c: bool) -> Sim {
     let again = sim.ask_now(1, PlockOp::LOCK, 0, 7);
     sim.settle();
     sim.check_quiet();
-    assert_eq!(sim.nodes[&1].requests[&again].rv, Some(0));
+    assert_eq!(sim.nodes[&1].procs.requests[&again].rv, Some(0));
     sim
 }
 
@@ -114,10 +115,10 @@ fn a_purge_leaves_an_owned_resource_to_its_owner() {
     let u = sim.ask(1, 0, unlock, false, false, 0, (0, 5));
     sim.settle();
     for p in [a, b, u, w11] {
-        assert_eq!(sim.nodes[&1].requests[&p].rv, Some(0), "request {p}");
+        assert_eq!(sim.nodes[&1].procs.requests[&p].rv, Some(0), "request {p}");
     }
     assert_eq!(
-        sim.nodes[&1].requests[&w12].rv, None,
+        sim.nodes[&1].procs.requests[&w12].rv, None,
         "owner 12 left waiting"
     );
     assert!(
@@ -132,8 +133,8 @@ fn a_purge_leaves_an_owned_resource_to_its_owner() {
     let c = sim.ask(2, 0, lock, true, false, 0, (0, 3));
     sim.settle();
     check_grants(&sim);
-    let granted = sim.nodes[&2].requests[&c].rv == Some(0);
-    let holds = sim.nodes[&1].requests[&w12].rv == Some(0);
+    let granted = sim.nodes[&2].procs.requests[&c].rv == Some(0);
+    let holds = sim.nodes[&1].procs.requests[&w12].rv == Some(0);
     assert!(!(granted && holds), "both granted");
 }
 
@@ -165,13 +166,13 @@ fn an_owned_resource_never_outgrows_its_state() {
     sim.settle();
     for p in &mine {
         assert_eq!(
-            sim.nodes[&1].requests[p].rv,
+            sim.nodes[&1].procs.requests[p].rv,
             Some(0),
             "node 1's request {p}"
         );
     }
     assert_eq!(
-        sim.nodes[&2].requests[&theirs].rv,
+        sim.nodes[&2].procs.requests[&theirs].rv,
         Some(0),
         "node 2's request"
     );
@@ -208,7 +209,7 @@ fn a_claim_held_through_an_interrupted_transfer_stands() {
     }
     let local = sim.ask(2, 0, lock, true, false, 5, (1, 1));
     assert_eq!(
-        sim.nodes[&2].requests[&local].rv,
+        sim.nodes[&2].procs.requests[&local].rv,
         Some(0),
         "decided on node 2"
     );
@@ -218,7 +219,7 @@ fn a_claim_held_through_an_interrupted_transfer_stands() {
     }
     sim.settle_for(1);
     assert!(sim.nodes[&1].core.sending(), "node 1 still sends its table");
-    assert_eq!(sim.nodes[&2].requests[&claim].rv, Some(0));
+    assert_eq!(sim.nodes[&2].procs.requests[&claim].rv, Some(0));
     let mut watch = Watch::default();
     sim.fail(3, 0, &mut watch);
     sim.fence_all(&mut watch);
@@ -245,7 +246,7 @@ fn no_synced_reaches_a_member_from_before_sync() {
     sim.settle();
     let local = sim.ask(1, 0, lock, true, false, 0, (1, 1));
     assert_eq!(
-        sim.nodes[&1].requests[&local].rv,
+        sim.nodes[&1].procs.requests[&local].rv,
         Some(0),
         "decided on node 1"
     );
@@ -314,7 +315,7 @@ fn claims_that_hold_nothing_go_back() {
     sim.settle();
     let lone = sim.ask(1, 0, unlock, false, false, 9, (0, 0));
     assert_eq!(
-        sim.nodes[&1].requests[&lone].rv,
+        sim.nodes[&1].procs.requests[&lone].rv,
         Some(0),
         "decided on node 1"
     );

@@ -15,34 +15,19 @@ use dlm_proto::query::LockspaceFlags;
 use dlm_proto::wire::{Body, HeaderFlags, Message, NativeKind};
 use dlm_testkit::Rng;
 
+use crate::procs::{Procs, grants_clash, mask, table_clash};
+
 pub(crate) const NAME: &[u8] = b"dlm:ls:sim\0";
 pub(crate) const INODES: u64 = 3;
 pub(crate) const BYTES: u64 = 12;
-
-/// What one request is, and what happened to it.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
-    pub(crate) info: PlockInfo,
-    pub(crate) replies: u32,
-    pub(crate) rv: Option<i32>,
-}
 
 pub(crate) struct Node {
     pub(crate) id: u32,
     pub(crate) group: Option<SimGroup>,
     pub(crate) core: LsCore,
     pub(crate) side: u32,
-    /// requests issued, by (owner, serial) in the pid field
-    pub(crate) requests: BTreeMap<u32, Pending>,
-    /// bytes each (owner, inode) holds according to its replies
-    pub(crate) held: BTreeMap<(u64, u64), u64>,
-    /// of those, the bytes held for writing
-    pub(crate) held_ex: BTreeMap<(u64, u64), u64>,
-    /// what the processes believe they hold: granted by a reply, given up as soon as they
-    /// ask to unlock (the basis of the no-double-grant check)
-    pub(crate) claim: BTreeMap<(u64, u64), (u64, u64)>,
-    /// unanswered non-blocking requests, in the order the kernel sent them
-    pub(crate) fifo: std::collections::VecDeque<u32>,
+    /// What its processes asked and were told.
+    pub(crate) procs: Procs,
     /// `Action::Fresh` seen: a plock dump that waited may be made
     pub(crate) fresh: u32,
 }
@@ -117,10 +102,6 @@ pub(crate) fn entries_of(n: &Node, nodeid: u32) -> usize {
     n.core.plocks().dump(0).filter(|e| e.nodeid == id).count()
 }
 
-pub(crate) fn mask(start: u64, end: u64) -> u64 {
-    (start..=end.min(63)).fold(0, |m, b| m | 1 << b)
-}
-
 impl Sim {
     pub(crate) fn env<'a>(
         fence: &'a FenceFacts,
@@ -173,11 +154,7 @@ impl Sim {
                     c
                 },
                 side: 0,
-                requests: BTreeMap::new(),
-                held: BTreeMap::new(),
-                held_ex: BTreeMap::new(),
-                claim: BTreeMap::new(),
-                fifo: std::collections::VecDeque::new(),
+                procs: Procs::default(),
                 fresh: 0,
             },
         );
@@ -201,83 +178,7 @@ impl Sim {
                         "seed {seed}: node {} answered {info:?} while cut off without quorum",
                         node.id
                     );
-                    // non-blocking replies come in request order (kernels >= 6.5 match them
-                    // so); blocking ones are matched by their echoed fields
-                    let serial = if info.wait {
-                        // CLOSEs sent before this request took effect before it
-                        drain_closes_before(node, info.pid);
-                        info.pid
-                    } else {
-                        drain_closes(node, false);
-                        let k = node.fifo.pop_front().unwrap_or_else(|| {
-                            panic!(
-                                "seed {seed}: node {} replied with nothing pending: {info:?}",
-                                node.id
-                            )
-                        });
-                        let want = &node.requests[&k].info;
-                        assert_eq!(
-                            (want.op, want.owner, want.number),
-                            (info.op, info.owner, info.number),
-                            "seed {seed}: node {} answered out of order",
-                            node.id
-                        );
-                        k
-                    };
-                    let p = node.requests.get_mut(&serial).unwrap_or_else(|| {
-                        panic!(
-                            "seed {seed}: node {} replied to an unknown request {info:?}",
-                            node.id
-                        )
-                    });
-                    p.replies += 1;
-                    assert_eq!(
-                        p.replies, 1,
-                        "seed {seed}: node {} answered {:?} twice",
-                        node.id, p.info
-                    );
-                    assert!(!p.info.flags.close(), "seed {seed}: a CLOSE was answered");
-                    p.rv = Some(info.rv);
-                    let key = (info.owner, info.number);
-                    let m = mask(info.start, info.end);
-                    // bytes the process asked to unlock after this request are not its to
-                    // claim any more
-                    let let_go = node
-                        .requests
-                        .range(serial + 1..)
-                        .filter(|(_, p)| {
-                            p.info.op == PlockOp::UNLOCK && (p.info.owner, p.info.number) == key
-                        })
-                        .fold(0, |a, (_, p)| a | mask(p.info.start, p.info.end));
-                    let held = node.held.entry(key).or_insert(0);
-                    let ex = node.held_ex.entry(key).or_insert(0);
-                    match (info.op, info.rv) {
-                        (PlockOp::LOCK, 0) => {
-                            // a later lock or unlock of the owner already answered (a
-                            // blocking grant overtakes an older non-blocking reply: two
-                            // threads of one process) set its bytes after this one
-                            let m = m & !touched_after(&node.requests, serial, key);
-                            *held |= m;
-                            if info.ex {
-                                *ex |= m
-                            } else {
-                                *ex &= !m
-                            }
-                            let m = m & !let_go;
-                            let c = node.claim.entry(key).or_insert((0, 0));
-                            c.0 |= m;
-                            if info.ex { c.1 |= m } else { c.1 &= !m }
-                        }
-                        (PlockOp::UNLOCK, _) => {
-                            // a later lock of the owner answered before this unlock (a
-                            // blocking reply overtakes an older non-blocking one: two
-                            // threads of one process) took its bytes after the unlock
-                            let regained = answered_after(&node.requests, serial, key).0;
-                            *held &= !(m & !regained);
-                            *ex &= !(m & !regained);
-                        }
-                        _ => {}
-                    }
+                    node.procs.replied(node.id, &info, seed);
                 }
                 // the simulation sends only well-formed messages
                 Action::Dropped { from, why } => panic!("dropped from {from}: {why}"),
@@ -460,6 +361,7 @@ impl Sim {
         };
         // a blocked owner does nothing else until answered (a process waits in fcntl)
         let blocked = node
+            .procs
             .requests
             .values()
             .any(|p| p.info.owner == owner && p.info.wait && p.replies == 0);
@@ -489,7 +391,11 @@ impl Sim {
         if info.op == PlockOp::UNLOCK {
             // the process lets go when it asks
             let m = mask(info.start, info.end);
-            let c = node.claim.entry((owner, info.number)).or_insert((0, 0));
+            let c = node
+                .procs
+                .claim
+                .entry((owner, info.number))
+                .or_insert((0, 0));
             c.0 &= !m;
             c.1 &= !m;
         }
@@ -582,7 +488,8 @@ impl Sim {
     /// Blocking requests of the nodes still here answered EDEADLK.
     pub(crate) fn deadlocks(&self) -> u64 {
         let refused = |n: &Node| {
-            n.requests
+            n.procs
+                .requests
                 .values()
                 .filter(|p| p.rv == Some(-dlm_proto::errno::EDEADLK))
                 .count() as u64
@@ -732,10 +639,11 @@ impl Sim {
             }
         }
         for n in &live {
-            for ((owner, ino), bits) in &n.held {
+            for ((owner, ino), bits) in &n.procs.held {
                 let have = covered.get(&(n.id, *owner, *ino)).copied().unwrap_or(0);
                 if have != *bits {
                     let hist: Vec<String> = n
+                        .procs
                         .requests
                         .values()
                         .filter(|p| p.info.owner == *owner && p.info.number == *ino)
@@ -763,14 +671,14 @@ impl Sim {
             }
             for ((node, owner, ino), bits) in &covered {
                 if *node == n.id {
-                    let replied = n.held.get(&(*owner, *ino)).copied().unwrap_or(0);
+                    let replied = n.procs.held.get(&(*owner, *ino)).copied().unwrap_or(0);
                     assert_eq!(
                         *bits, replied,
                         "seed {seed}: phantom lock of node {node} owner {owner} inode {ino}"
                     );
                 }
             }
-            for p in n.requests.values() {
+            for p in n.procs.requests.values() {
                 if p.info.flags.close() {
                     continue;
                 }
@@ -789,181 +697,38 @@ impl Sim {
     }
 }
 
-/// What the answered requests of owner and file `key` after request `serial` did, replayed
-/// in request order (the daemon's order; their replies may have come in another): the bytes
-/// held and the exclusive ones.
-pub(crate) fn answered_after(
-    requests: &BTreeMap<u32, Pending>,
-    serial: u32,
-    key: (u64, u64),
-) -> (u64, u64) {
-    let (mut held, mut ex) = (0u64, 0u64);
-    for p in requests.range(serial + 1..).map(|(_, p)| p) {
-        if (p.info.owner, p.info.number) != key || p.replies == 0 {
-            continue;
-        }
-        let m = mask(p.info.start, p.info.end);
-        match (p.info.op, p.rv) {
-            (PlockOp::LOCK, Some(0)) => {
-                held |= m;
-                if p.info.ex { ex |= m } else { ex &= !m }
-            }
-            (PlockOp::UNLOCK, _) => {
-                held &= !m;
-                ex &= !m;
-            }
-            _ => {}
-        }
-    }
-    (held, ex)
-}
-
-/// The bytes of `key` that requests of the owner after `serial` and already answered (a
-/// granted lock, an unlock) have set since, in request order.
-pub(crate) fn touched_after(
-    requests: &BTreeMap<u32, Pending>,
-    serial: u32,
-    key: (u64, u64),
-) -> u64 {
-    requests
-        .range(serial + 1..)
-        .map(|(_, p)| p)
-        .filter(|p| (p.info.owner, p.info.number) == key && p.replies > 0)
-        .filter(|p| {
-            matches!(
-                (p.info.op, p.rv),
-                (PlockOp::LOCK, Some(0)) | (PlockOp::UNLOCK, _)
-            )
-        })
-        .fold(0, |a, p| a | mask(p.info.start, p.info.end))
-}
-
 /// Node `node`'s kernel hands it `info`: the model remembers it, the core takes it.
 pub(crate) fn submit(node: &mut Node, info: PlockInfo, now_ms: u64) -> Vec<Action> {
-    node.requests.insert(
-        info.pid,
-        Pending {
-            info,
-            replies: 0,
-            rv: None,
-        },
-    );
-    if !info.wait {
-        // a CLOSE is never answered: it takes effect in its place among this node's
-        // non-blocking requests, which is where the model applies it
-        node.fifo.push_back(info.pid);
-    }
+    node.procs.asked(info.pid, info);
     let mut a = Vec::new();
     node.core.request(now_ms, &info, &mut a);
     a
 }
 
-/// CLOSE `serial` takes effect in the model: the owner's bytes on that file are gone, but
-/// for what its later requests already answered did since: a blocking grant may overtake an
-/// older non-blocking reply, and so reach the model before the CLOSE is drained.
-pub(crate) fn close(node: &mut Node, serial: u32) {
-    let info = node.requests[&serial].info;
-    let key = (info.owner, info.number);
-    let (held, ex) = answered_after(&node.requests, serial, key);
-    node.held.insert(key, held);
-    node.held_ex.insert(key, ex);
-}
-
 /// Applies the CLOSEs at the front of a node's queue of non-blocking requests (all of them
 /// when the cluster is quiet): the owner's bytes on that file are gone.
 pub(crate) fn drain_closes(node: &mut Node, all: bool) {
-    while let Some(&k) = node.fifo.front() {
-        let info = node.requests[&k].info;
-        if !info.flags.close() {
-            assert!(
-                !all,
-                "node {}: request {info:?} unanswered when quiet",
-                node.id
-            );
-            return;
-        }
-        node.fifo.pop_front();
-        close(node, k);
-    }
-}
-
-/// Applies the CLOSEs at the front of the queue that were sent before request `limit`.
-pub(crate) fn drain_closes_before(node: &mut Node, limit: u32) {
-    while let Some(&k) = node.fifo.front() {
-        let info = node.requests[&k].info;
-        if k >= limit || !info.flags.close() {
-            return;
-        }
-        node.fifo.pop_front();
-        close(node, k);
-    }
+    node.procs.drain_closes(node.id, all);
 }
 
 /// What the processes of the quorate side were told they hold never conflicts (no range is
 /// granted twice). A node cut off answers nothing at all (checked in `perform`); what it held
 /// before is void once the majority removed it, as it is then fenced or killed.
 pub(crate) fn check_grants(sim: &Sim) {
-    let mut all: Vec<(u32, u64, u64, u64, u64)> = Vec::new(); // node, owner, inode, held, ex
-    for n in sim
+    let quorate = sim
         .nodes
         .values()
         .filter(|n| n.group.is_some() && n.side == 0)
-    {
-        for (&(owner, ino), &(bits, ex)) in &n.claim {
-            all.push((n.id, owner, ino, bits, ex));
-        }
-    }
-    for (i, a) in all.iter().enumerate() {
-        for b in &all[i + 1..] {
-            if a.2 != b.2 || (a.0, a.1) == (b.0, b.1) {
-                continue;
-            }
-            let clash = (a.4 & b.3) | (b.4 & a.3);
-            if clash != 0 {
-                for (node, owner) in [(a.0, a.1), (b.0, b.1)] {
-                    let n = &sim.nodes[&node];
-                    for p in n
-                        .requests
-                        .values()
-                        .filter(|p| p.info.owner == owner && p.info.number == a.2)
-                    {
-                        eprintln!(
-                            "node {node} owner {owner}: #{} {:?} {}-{} ex {} wait {} close {} -> {:?}",
-                            p.info.pid,
-                            p.info.op,
-                            p.info.start,
-                            p.info.end,
-                            p.info.ex,
-                            p.info.wait,
-                            p.info.flags.close(),
-                            p.rv
-                        );
-                    }
-                    eprintln!("node {node} table:\n{}", n.core.plocks().dump_text());
-                }
-            }
-            assert_eq!(
-                clash, 0,
-                "seed {}: node {} owner {} and node {} owner {} were both granted bytes {clash:#b} of inode {}",
-                sim.seed, a.0, a.1, b.0, b.1, a.2
-            );
-        }
+        .map(|n| (n.id, &n.procs));
+    if let Err(e) = grants_clash(quorate) {
+        panic!("seed {}: {e}", sim.seed);
     }
 }
 
 /// No two granted locks of different owners overlap with one of them a write lock.
 pub(crate) fn check_table(node: &Node, seed: u64) {
-    let entries: Vec<_> = node.core.plocks().dump(0).filter(|e| !e.waiting).collect();
-    for (i, a) in entries.iter().enumerate() {
-        for b in &entries[i + 1..] {
-            let same_owner = a.nodeid == b.nodeid && a.owner == b.owner;
-            let overlap = a.number == b.number && !(a.end < b.start || a.start > b.end);
-            assert!(
-                same_owner || !overlap || !(a.ex || b.ex),
-                "seed {seed}: node {} granted conflicting locks {a:?} and {b:?}",
-                node.id
-            );
-        }
+    if let Err(e) = table_clash(node.core.plocks()) {
+        panic!("seed {seed}: node {} granted {e}", node.id);
     }
 }
 
@@ -1034,7 +799,11 @@ impl Sim {
         if op == PlockOp::UNLOCK {
             // the process lets go when it asks
             let m = mask(range.0, range.1);
-            let c = node.claim.entry((info.owner, number)).or_insert((0, 0));
+            let c = node
+                .procs
+                .claim
+                .entry((info.owner, number))
+                .or_insert((0, 0));
             c.0 &= !m;
             c.1 &= !m;
         }
