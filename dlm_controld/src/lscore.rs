@@ -376,6 +376,42 @@ impl LsCore {
         self.owners.count(self.our)
     }
 
+    /// Requests of any node waiting for an owner to give a resource back.
+    pub fn recalls_waiting(&self) -> usize {
+        self.owners.waiting()
+    }
+
+    /// Hashes everything that decides what this core does next into `h` — not its
+    /// counters, nor the plock table's arena layout, nor its hash maps' order: the
+    /// exhaustive check of small clusters prunes the states it has seen by it.
+    pub fn fingerprint(&self, h: &mut impl std::hash::Hasher) {
+        use std::hash::Hash;
+        format!("{:?}", self.mem).hash(h);
+        let flags = (
+            self.need_plocks,
+            self.save_plocks,
+            self.cancel_warned,
+            self.left,
+        );
+        (
+            flags,
+            self.native_sending,
+            self.order_may_differ,
+            self.alone,
+        )
+            .hash(h);
+        (self.data_from, self.transfer, self.locks_max).hash(h);
+        format!("{:?}{:?}{:?}", self.saved, self.held, self.unsent).hash(h);
+        let sending = self.sending.as_ref();
+        sending
+            .map(|s| (format!("{:?}", s.cursor), s.seq, s.sent))
+            .hash(h);
+        format!("{:?}{:?}{:?}", self.owners, self.order, self.fresh).hash(h);
+        self.local.fingerprint(h);
+        self.writer.pending().hash(h);
+        self.plocks.fingerprint(h);
+    }
+
     /// The node that decides resource `number` locally (native mode), if any.
     pub fn owner_of(&self, number: u64) -> Option<u32> {
         self.owners.owner(number)
@@ -1289,10 +1325,10 @@ impl LsCore {
                     self.local.forget_idle();
                     out.push(Action::StopKernel);
                 }
-                membership::Action::PurgePlocks(n) => {
-                    let rules = self.rules(self.our);
-                    self.held.push((Item::Purge(n), rules));
-                }
+                // in its place among the deliveries: a joiner still receiving the table
+                // saves it behind what it saved before the confchg (applied before it on
+                // every other member), one before its snapshot point has it in the table
+                membership::Action::PurgePlocks(n) => self.gate(e, Item::Purge(n), &mut out),
                 membership::Action::KickNode(n) => out.push(Action::KickNode(n)),
                 membership::Action::SendStart { seq, flags, body } => {
                     let header = DlmHeader {

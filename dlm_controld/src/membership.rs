@@ -653,6 +653,12 @@ impl Membership {
             if memb.start && flags & HeaderFlags::NACK == 0 {
                 continue;
             }
+            if flags & HeaderFlags::NACK != 0 && i + 1 == self.changes.len() {
+                // a NACK is sent for a change older than its sender's newest, in the
+                // configuration of that newest one: never for our newest (C lets it
+                // match here, and the START that follows it then matches nothing)
+                continue;
+            }
             let Some(node) = self.history.get(&from) else {
                 continue;
             };
@@ -767,9 +773,19 @@ impl Membership {
                 if !self.wait_conditions_done(env) {
                     return;
                 }
-                // send_nacks: older pending changes identical to this one
+                // send_nacks: older pending changes identical to this one — but none as
+                // old as a change we sent a START for: its START set our last match on
+                // every member past it, so the NACK would match this change instead (C
+                // sends it, and a lockspace where a node failed while another joined then
+                // never starts)
                 let start = &self.changes[newest];
-                for old in &self.changes[..newest] {
+                let started_at = self.changes[..newest]
+                    .iter()
+                    .filter(|c| c.state == State::WaitMessages)
+                    .map(|c| c.seq)
+                    .max()
+                    .unwrap_or(0);
+                for old in self.changes[..newest].iter().filter(|c| c.seq > started_at) {
                     let same = old.member_count == start.member_count
                         && old.joined_count == start.joined_count
                         && old.remove_count == start.remove_count

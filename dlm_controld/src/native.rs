@@ -394,6 +394,27 @@ impl Local {
         }
     }
 
+    /// Hashes these records in a canonical order (not the maps' own) into `h`.
+    pub fn fingerprint(&self, h: &mut impl std::hash::Hasher) {
+        use std::hash::Hash;
+        let sorted = |v: Vec<(u64, u64)>| {
+            let mut v = v;
+            v.sort_unstable();
+            v
+        };
+        sorted(
+            self.in_cpg
+                .iter()
+                .map(|(&n, &c)| (n, u64::from(c)))
+                .collect(),
+        )
+        .hash(h);
+        sorted(self.shared.iter().map(|(&n, &t)| (n, t)).collect()).hash(h);
+        sorted(self.releasing.iter().map(|&n| (n, 0)).collect()).hash(h);
+        sorted(self.idle.iter().map(|(&n, &t)| (n, t)).collect()).hash(h);
+        self.dirty.hash(h);
+    }
+
     /// Our owned resource `number` holds `holders` locks and waiters at `now_ms`.
     pub fn holding(&mut self, number: u64, holders: usize, now_ms: u64) {
         if holders == 0 {

@@ -577,9 +577,11 @@ fn the_local_sockets_have_a_thread_of_their_own() {
         v
     };
     let deadline = std::time::Instant::now() + T;
+    // every thread is started by then (the connections' and the log writer's too: a
+    // loaded host starts them last)
     let all_up = || {
         let n = names();
-        ["dlm_clients", "dlm_tick", "dlm_plock"]
+        ["dlm_clients", "dlm_conns", "dlm_log", "dlm_tick", "dlm_plock"]
             .iter()
             .all(|t| n.iter().any(|x| x == t))
     };

@@ -141,6 +141,25 @@ impl Lockspace {
         Ok(())
     }
 
+    /// Hashes the replicated state and what decides the next operations into `h`: the
+    /// resources in list order, each with its locks in list order and its waiters in FIFO
+    /// order with their candidate flags (not ages, not the arena's layout). Tables with
+    /// equal fingerprints answer every future operation alike.
+    pub fn fingerprint(&self, h: &mut impl std::hash::Hasher) {
+        use std::hash::Hash;
+        let mut state = Vec::new();
+        for number in self.resource_numbers() {
+            number.hash(h);
+            self.resource_state(0, number, &mut state);
+            for e in &state {
+                let d = &e.data;
+                (d.start, d.end, d.owner, d.pid, d.nodeid, d.ex, d.waiter).hash(h);
+                e.candidate.hash(h);
+            }
+            state.len().hash(h);
+        }
+    }
+
     /// The waiter pass of resource `number` (`do_waiters`), if it has waiters a pass would
     /// examine; replies for the waiters it grants go onto `out`. Native mode runs it when
     /// an owner gives a resource back: a purge left the resource's pass to its owner.

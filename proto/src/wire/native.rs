@@ -243,6 +243,11 @@ impl NativeWriter {
         (self.buf.len() - HEADER_SIZE) / NATIVE_ENTRY_SIZE
     }
 
+    /// The entries written since the last [`Self::finish`], encoded.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[HEADER_SIZE..]
+    }
+
     /// No entry since the last [`Self::finish`].
     pub fn is_empty(&self) -> bool {
         self.buf.len() == HEADER_SIZE

@@ -1,0 +1,119 @@
+//! Cases the fault simulation (`native_faults.rs`) found, each step ordered by hand on the
+//! same world (`world/`): each failed before its fix.
+
+mod procs;
+mod world;
+
+use dlm_proto::kernel::PlockOp;
+use dlm_proto::query::LockspaceFlags;
+use dlm_proto::wire::{Message, MsgType};
+
+use world::{Kind, Step, World};
+
+/// Takes every enabled step but those `skip` refuses, until none is left.
+fn run_but(w: &mut World, skip: impl Fn(&Step) -> bool) {
+    loop {
+        let steps: Vec<Step> = w.enabled(false).into_iter().filter(|s| !skip(s)).collect();
+        if steps.is_empty() {
+            return;
+        }
+        for s in steps {
+            w.step(&s);
+        }
+    }
+}
+
+/// Takes the first enabled step, one at a time, until `done`.
+fn until(w: &mut World, done: impl Fn(&World) -> bool) {
+    while !done(w) {
+        let s = w.enabled(false).into_iter().next().expect("a step to take");
+        w.step(&s);
+    }
+}
+
+/// `m` is a PLOCKS_DONE.
+fn is_done(m: &[u8]) -> bool {
+    Message::decode(m).is_ok_and(|m| m.header.msg_type == MsgType::PLOCKS_DONE)
+}
+
+/// Nodes 1 to `n` in a started lockspace.
+fn cluster(n: u32) -> World {
+    let mut w = World::new(1, n);
+    for id in 1..=n {
+        w.step(&Step::Join(id, Kind::Ours));
+        w.settle();
+    }
+    assert!(w.quiet());
+    w
+}
+
+/// A node fails while a joiner still receives the table: the joiner applies the purge of
+/// the failed node in its place among what it saved — after the requests delivered before
+/// the failure, as every other member did. (The purge went into the joiner's queue of
+/// what it holds while stopped, ahead of those requests, which were applied after it: the
+/// joiner kept a lock of the dead node that every other table had purged.)
+#[test]
+fn a_joiner_purges_a_failed_node_after_what_it_saved_before() {
+    let mut w = cluster(3);
+    w.fencing = true;
+    w.configured = 4;
+    w.step(&Step::Join(4, Kind::Ours));
+    // the join, until node 1's table waits for the bus; then all but the table
+    until(&mut w, |w| w.peer(1).outbox.iter().any(|m| is_done(m)));
+    run_but(&mut w, |s| matches!(s, Step::Order(1)));
+    let saving = w.peer(4).core.report().info.flags.0 & LockspaceFlags::SAVE_PLOCKS != 0;
+    assert!(saving, "node 4 waits for the table");
+    assert!(!w.peer(1).core.sending(), "node 1 has sent its table");
+    // node 2's lock is delivered (node 4 saves it), then node 2 fails
+    let lock = w.ask(2, 0, PlockOp::LOCK, true, false, 0, (0, 0));
+    w.step(&lock);
+    run_but(&mut w, |s| matches!(s, Step::Order(1)));
+    w.step(&Step::Crash(2));
+    // node 1's table reaches node 4 after the failure
+    w.settle();
+    assert!(w.quiet(), "{}", w.unquiet());
+    w.check_quiet();
+    let theirs = w
+        .peer(4)
+        .core
+        .plocks()
+        .dump(0)
+        .filter(|e| e.nodeid == 2)
+        .count();
+    assert_eq!(theirs, 0, "node 4 holds the dead node's lock");
+}
+
+/// A node fails; while the others wait for its fencing, a fourth joins and is cut off
+/// before that change starts: the newest change then has the same counts and members as
+/// the one the failure made. Node 3 sent its START for the join's change in between, and so
+/// must not NACK the failure's change afterwards: node 1 had matched that START past it,
+/// matched the NACK to the newest change instead, and then matched node 3's START for the
+/// newest change to nothing — the lockspace never started again.
+#[test]
+fn a_nack_never_poisons_the_newest_change() {
+    let mut w = cluster(3);
+    w.fencing = true;
+    w.configured = 4;
+    w.step(&Step::Crash(2));
+    run_but(&mut w, |_| false);
+    // node 4 joins; its START never reaches the others
+    w.step(&Step::Join(4, Kind::Ours));
+    let not_4 = |s: &Step| matches!(s, Step::Order(4));
+    run_but(&mut w, not_4);
+    assert!(w.can_fence());
+    w.step(&Step::Fence(2));
+    // node 3 sees the fencing done first: its START for the join's change goes out
+    w.step(&Step::Poll(3));
+    run_but(&mut w, not_4);
+    w.step(&Step::Split(4));
+    for _ in 0..3 {
+        run_but(&mut w, |_| false);
+        for n in [1, 3] {
+            w.step(&Step::Poll(n));
+        }
+    }
+    w.step(&Step::Heal);
+    w.settle();
+    assert!(w.quiet(), "{}", w.unquiet());
+    w.check_quiet();
+}
