@@ -637,6 +637,17 @@ impl Membership {
         body: &StartBody,
     ) -> Option<usize> {
         let change_seq = self.change_seq;
+        // a node that joined in a pending change sent nothing for an older one: anything
+        // from its previous time in the lockspace came before its leave (C would match its
+        // first START to an older change of the same counts, and the newest then waits for
+        // that START for ever)
+        let joined_at = self
+            .changes
+            .iter()
+            .filter(|c| c.memb(from).is_some_and(|m| m.added))
+            .map(|c| c.seq)
+            .max()
+            .unwrap_or(0);
         for i in 0..self.changes.len() {
             let cg = &self.changes[i];
             if !body
@@ -647,6 +658,9 @@ impl Membership {
                 return None; // we are not in its members: a change from before our join
             }
             let Some(memb) = cg.memb(from) else { continue };
+            if cg.seq < joined_at {
+                continue;
+            }
             if memb.start_flags & HeaderFlags::NACK != 0 {
                 continue;
             }

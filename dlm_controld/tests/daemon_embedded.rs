@@ -581,9 +581,15 @@ fn the_local_sockets_have_a_thread_of_their_own() {
     // loaded host starts them last)
     let all_up = || {
         let n = names();
-        ["dlm_clients", "dlm_conns", "dlm_log", "dlm_tick", "dlm_plock"]
-            .iter()
-            .all(|t| n.iter().any(|x| x == t))
+        [
+            "dlm_clients",
+            "dlm_conns",
+            "dlm_log",
+            "dlm_tick",
+            "dlm_plock",
+        ]
+        .iter()
+        .all(|t| n.iter().any(|x| x == t))
     };
     while !all_up() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

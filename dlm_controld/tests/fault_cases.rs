@@ -117,3 +117,22 @@ fn a_nack_never_poisons_the_newest_change() {
     assert!(w.quiet(), "{}", w.unquiet());
     w.check_quiet();
 }
+
+/// Node 3 joins, leaves before its START is sent, and joins again before the others have
+/// started the change its leave made: the first START of its second time can only be for
+/// a change at or after its second join. (It was matched to the change of its first join,
+/// which has the same counts and members, and the newest change then waited for it for
+/// ever; C matches it there too.)
+#[test]
+fn a_rejoined_node_starts_only_changes_since_its_join() {
+    let mut w = cluster(2);
+    w.configured = 3;
+    w.step(&Step::Join(3, Kind::Ours));
+    run_but(&mut w, |s| matches!(s, Step::Order(3)));
+    w.step(&Step::Leave(3));
+    run_but(&mut w, |s| matches!(s, Step::Order(_)));
+    w.step(&Step::Join(3, Kind::Ours));
+    w.settle();
+    assert!(w.quiet(), "{}", w.unquiet());
+    w.check_quiet();
+}

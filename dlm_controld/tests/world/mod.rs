@@ -55,6 +55,8 @@ pub(crate) struct Peer {
     pub(crate) fresh: u32,
     /// Its leave completed.
     pub(crate) left: bool,
+    /// It failed (and so joins the cluster again before it can join the lockspace).
+    pub(crate) crashed: bool,
 }
 
 /// One step of a node, of the bus or of the world.
@@ -464,9 +466,9 @@ impl World {
     }
 
     fn join(&mut self, n: u32, kind: Kind) {
-        if self.peers.contains_key(&n) {
-            // a node that was here before (it failed or left): it rebooted and joined the
-            // cluster again since, which the quorum service reports with its time
+        if self.peers.get(&n).is_some_and(|p| p.crashed) {
+            // a node that failed here before: it rebooted and joined the cluster again
+            // since, which the quorum service reports with its time
             self.clock_ms += 1000;
             self.fence.cluster_add.insert(n, self.clock_ms / 1000);
         }
@@ -490,6 +492,7 @@ impl World {
             procs: Procs::default(),
             fresh: 0,
             left: false,
+            crashed: false,
         };
         let ring = self.ring_id(0);
         peer.inbox.push_back(Event::Totem {
@@ -531,6 +534,7 @@ impl World {
         };
         p.inbox.clear();
         p.outbox.clear();
+        p.crashed = true;
         let side = p.side;
         p.side = 0;
         let gone = Member {
@@ -819,7 +823,7 @@ impl World {
     pub(crate) fn fingerprint(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for p in self.peers.values() {
-            (p.id, p.kind, p.pid, p.side, p.fresh, p.left).hash(&mut h);
+            (p.id, p.kind, p.pid, p.side, p.fresh, p.left, p.crashed).hash(&mut h);
             p.core.fingerprint(&mut h);
             format!("{:?}", p.inbox).hash(&mut h);
             p.outbox.hash(&mut h);
