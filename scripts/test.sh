@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cargo test --workspace --locked
+# every interleaving of small clusters with one fault (dlm_controld/tests/native_explore.rs):
+# a release build, which a debug one is too slow for
+cargo test --locked --release -p dlm_controld --test native_explore -- --nocapture
 # the fuzz harnesses replay their seeds (fuzz/seeds; an ordinary test, no libFuzzer)
 cargo test --manifest-path fuzz/Cargo.toml --locked
 # the real kernel (tests/vm/README.md): our Debian package (scripts/deb.sh) on Debian 12's

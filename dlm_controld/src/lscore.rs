@@ -146,9 +146,6 @@ struct Sending {
     sent: u32,
 }
 
-/// PLOCKS_DATA messages produced at the start of a transfer, before the first `pump`.
-const PUMP_AT_START: usize = 32;
-
 /// Something applied to the table in delivery order: held while the lockspace is stopped
 /// or our table goes out, saved while a joiner waits for the table. It is applied by the
 /// [`Rules`] of its place in the total order, whenever that is.
@@ -829,7 +826,7 @@ impl LsCore {
     /// a held request could begin a recall whose RELEASE was never sent, its waiters
     /// never answered — or, beside a C joiner, grant a claim no RELEASE could end.)
     fn change_started(&mut self) {
-        self.native_sending = self.mem.started_members_have(HeaderFlags::NATIVE);
+        self.native_sending = self.mem.started_members_have(HeaderFlags::NATIVE2);
         self.alone = self.mem.started_members().len() == 1;
     }
 
@@ -1444,7 +1441,7 @@ impl LsCore {
             body,
             sent: 0,
         });
-        out.extend(self.pump(e, PUMP_AT_START));
+        out.extend(self.pump(e, self.limits.transfer_first));
     }
 
     /// Sending our table to a joiner (`send_all_plocks_data`) is in progress.

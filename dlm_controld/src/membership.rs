@@ -863,7 +863,7 @@ impl Membership {
         if self.deadlock {
             f |= HeaderFlags::DEADLOCK_AWARE;
         } else if self.native {
-            f |= HeaderFlags::NATIVE | HeaderFlags::NATIVE_SYNC;
+            f |= HeaderFlags::NATIVE2 | HeaderFlags::NATIVE_SYNC;
         }
         if self.c_peers_cancel {
             f |= HeaderFlags::C_PEERS_CANCEL;

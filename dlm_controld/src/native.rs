@@ -20,8 +20,12 @@ pub const RELEASE_AT: usize = 200;
 /// costs the other nodes memory and a recall, and one that holds nothing saves nothing.
 pub const IDLE_MS: u64 = 10_000;
 
-/// Native mode's size bounds and timeouts: the defaults above, or (in the tests that
-/// explore every interleaving) a few entries, so that a resource crosses them quickly.
+/// PLOCKS_DATA messages produced at the start of a transfer, before the first `pump`.
+pub const TRANSFER_FIRST: usize = 32;
+
+/// The plock path's size bounds and timeouts (native mode's, and the transfer's first
+/// portion): the defaults above, or (in the tests that explore every interleaving) a few
+/// entries, so that a resource or a table crosses them quickly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Resources one node may own.
@@ -37,6 +41,9 @@ pub struct Limits {
     pub batch_max: usize,
     /// An owned resource holding nothing this long (ms) is given back.
     pub idle_ms: u64,
+    /// PLOCKS_DATA messages a transfer produces at its start; the rest go a portion at a
+    /// time, while the deliveries meanwhile are held.
+    pub transfer_first: usize,
 }
 
 impl Default for Limits {
@@ -48,6 +55,7 @@ impl Default for Limits {
             state_max: dlm_proto::wire::MAX_STATE_HELD,
             batch_max: dlm_proto::wire::MAX_NATIVE_ENTRIES,
             idle_ms: IDLE_MS,
+            transfer_first: TRANSFER_FIRST,
         }
     }
 }

@@ -32,7 +32,8 @@ fn as_c(mut payload: Vec<u8>) -> Vec<u8> {
     };
     if h.msg_type == MsgType::START {
         let ours = HeaderFlags::CANCEL_AWARE
-            | HeaderFlags::NATIVE
+            | HeaderFlags::NATIVE2
+            | HeaderFlags::NATIVE_SYNC
             | HeaderFlags::DEADLOCK_AWARE
             | HeaderFlags::C_PEERS_CANCEL;
         let h = DlmHeader {

@@ -360,9 +360,9 @@ fn first_start_of_a_lone_join_is_cs() {
     };
     let mut bytes = body.encode(&header);
     assert_eq!(bytes.len(), 76);
-    // the one difference from C: our extension bits CANCEL_AWARE (0x100), NATIVE (0x200)
-    // and NATIVE_SYNC (0x1000) in the flags, which C never reads
-    assert_eq!(bytes[20..24], [1, 0x13, 0, 0]);
+    // the one difference from C: our extension bits CANCEL_AWARE (0x100), NATIVE_SYNC
+    // (0x1000) and NATIVE2 (0x2000) in the flags, which C never reads
+    assert_eq!(bytes[20..24], [1, 0x31, 0, 0]);
     bytes[21] = 0;
     assert_eq!(
         bytes,

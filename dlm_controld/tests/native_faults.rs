@@ -62,6 +62,7 @@ fn plan(seed: u64, rng: &mut Rng, w: &mut World) -> Plan {
             state_max: 6,
             batch_max: 8,
             idle_ms: 3000,
+            transfer_first: 1,
         };
     }
     w.deadlock = seed % 13 == 6;

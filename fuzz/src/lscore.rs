@@ -136,8 +136,8 @@ pub fn run(bytes: &[u8]) {
                 };
                 // native mode too, when the other member offers it (and SYNC, or not)
                 let native = match (r[2] & 0x8 != 0, r[5] & 0x40 != 0) {
-                    (true, true) => HeaderFlags::NATIVE | HeaderFlags::NATIVE_SYNC,
-                    (true, false) => HeaderFlags::NATIVE,
+                    (true, true) => HeaderFlags::NATIVE2 | HeaderFlags::NATIVE_SYNC,
+                    (true, false) => HeaderFlags::NATIVE2,
                     (false, _) => 0,
                 };
                 let flags = u32::from(r[2] & 0x7) | HeaderFlags::CANCEL_AWARE | native;

@@ -30,7 +30,8 @@ pub(crate) enum Kind {
     /// This daemon with `plock_native=0`: its STARTs lack NATIVE, as a C daemon's do, so
     /// every lockspace it is in is C-compatible.
     Plain,
-    /// This daemon as it was before SYNC: its STARTs lack NATIVE_SYNC, and its decoder
+    /// A daemon of ours from before native mode's current rules: its STARTs lack NATIVE2
+    /// and NATIVE_SYNC (every lockspace it is in is C-compatible), and its decoder
     /// refuses a whole batch with a SYNC or SYNCED entry.
     Older,
 }
@@ -380,6 +381,7 @@ impl World {
         for a in actions {
             match a {
                 Action::Send(bytes) => {
+                    self.check_batch(peer.id, &bytes);
                     if peer.pid.is_some() {
                         peer.outbox.push_back(bytes);
                     }
@@ -409,6 +411,38 @@ impl World {
                 | Action::KickNode(_)
                 | Action::TransferSent { .. }
                 | Action::TransferReceived { .. } => {}
+            }
+        }
+    }
+
+    /// A NATIVE message holds no more entries than one message may, nor a STATE more
+    /// HELD entries than one STATE may (the wire's bounds, which the tests make small):
+    /// beyond them the message could not be sent.
+    fn check_batch(&self, n: u32, bytes: &[u8]) {
+        let Ok(Message {
+            body: Body::Native(b),
+            ..
+        }) = Message::decode(bytes)
+        else {
+            return;
+        };
+        assert!(
+            b.len() <= self.limits.batch_max,
+            "seed {}: node {n} sent {} entries in one message (at most {})",
+            self.seed,
+            b.len(),
+            self.limits.batch_max
+        );
+        for e in b.entries() {
+            if let NativeKind::State { held } = e.kind {
+                assert!(
+                    usize::from(held) <= self.limits.state_max,
+                    "seed {}: node {n} sent a STATE of {held} entries of resource {} (at \
+                     most {})",
+                    self.seed,
+                    e.info.number,
+                    self.limits.state_max
+                );
             }
         }
     }
@@ -476,7 +510,7 @@ impl World {
         let mut core = LsCore::new(name, n, true, u64::from(n) << 17);
         core.set_native(kind != Kind::Plain);
         if kind == Kind::Older {
-            core.withhold_start_flags(HeaderFlags::NATIVE_SYNC);
+            core.withhold_start_flags(HeaderFlags::NATIVE2 | HeaderFlags::NATIVE_SYNC);
         }
         core.set_native_limits(self.limits);
         core.set_deadlock_detect(self.deadlock);
@@ -825,7 +859,16 @@ impl World {
         for p in self.peers.values() {
             (p.id, p.kind, p.pid, p.side, p.fresh, p.left, p.crashed).hash(&mut h);
             p.core.fingerprint(&mut h);
-            format!("{:?}", p.inbox).hash(&mut h);
+            for e in &p.inbox {
+                match e {
+                    Event::Deliver {
+                        nodeid,
+                        pid,
+                        payload,
+                    } => (nodeid, pid, payload).hash(&mut h),
+                    e => format!("{e:?}").hash(&mut h),
+                }
+            }
             p.outbox.hash(&mut h);
             p.procs.hash(&mut h);
         }

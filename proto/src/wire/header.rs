@@ -141,8 +141,10 @@ impl HeaderFlags {
     /// CANCEL (kernel ≥ 6.6). C 4.x daemons neither send nor read it; a lockspace treats
     /// CANCEL as C does (unknown op) unless every member of the started change sent it.
     pub const CANCEL_AWARE: u32 = 0x100;
-    /// This project's extension, on START: the sender runs native mode
-    /// (docs/native-mode.md); a started change is native when every member sent it.
+    /// This project's extension, on START, from its first native mode (before session
+    /// 39): the sender ran native mode by rules that differ from [`Self::NATIVE2`]'s
+    /// (docs/native-mode.md, "Versions"). No longer sent; a member that sends it is a
+    /// daemon of ours from then, and a lockspace with it is C-compatible.
     pub const NATIVE: u32 = 0x200;
     /// This project's extension, on START: the sender answers a blocking LOCK that would
     /// close a cycle of waiting owners with -EDEADLK (`plock_deadlock_detect=1`); a started
@@ -153,10 +155,18 @@ impl HeaderFlags {
     /// with C members applies CANCEL when every member of ours sent it; the wire cannot
     /// tell a C 4.3.0 from a 4.2.0 (both speak daemon protocol 3.1.1).
     pub const C_PEERS_CANCEL: u32 = 0x800;
-    /// This project's extension, on START with [`Self::NATIVE`]: the sender answers a
+    /// This project's extension, on START with [`Self::NATIVE2`]: the sender answers a
     /// NATIVE SYNC (docs/native-mode.md, "What an operator sees"); a started change sends
     /// SYNC when every member sent it.
     pub const NATIVE_SYNC: u32 = 0x1000;
+    /// This project's extension, on START: the sender runs native mode
+    /// (docs/native-mode.md) by its rules since session 39 (a purge leaves a resource
+    /// another node owns to its give-back; every item applies by the rules of its place
+    /// in the total order; only a lock claims). A started change is native when every
+    /// member sent it: a daemon of ours with the earlier rules sent [`Self::NATIVE`]
+    /// instead, so a lockspace with it is C-compatible on every member, never native by
+    /// two rule sets.
+    pub const NATIVE2: u32 = 0x2000;
 
     /// Whether every bit of `bit` is set.
     pub fn has(self, bit: u32) -> bool {
