@@ -69,8 +69,15 @@ boot() {
 }
 # the VM's qemu itself, not the timeout that runs it (killed, it would leave qemu behind)
 qemu_of() { pgrep -f "^$VMCACHE/qemu/usr/bin/qemu-system-x86_64 .*$RUN/root-$1g$2.qcow2" || true; }
+# power_off N G: qemu stops the VM at once on SIGTERM (the guest runs no more; what it
+# wrote to the shared disk is on it, as after a power cut); -9 if it has not ended in 5 s
 power_off() {
-    local p
+    local p i
+    for p in $(qemu_of "$1" "$2"); do kill -TERM "$p"; done
+    for i in $(seq 25); do
+        [[ -z $(qemu_of "$1" "$2") ]] && return
+        sleep 0.2
+    done
     for p in $(qemu_of "$1" "$2"); do kill -KILL "$p"; done
 }
 
@@ -82,8 +89,9 @@ power_off() {
 fencer() {
     local r id victim asker agen rest g
     while [[ ! -f $fence/stop ]]; do
-        for r in "$fence"/req.*; do
-            [[ -e $r ]] || continue
+        # in the order they came (a partition's two requests race: the first one wins);
+        # shellcheck disable=SC2045 # the names are the agent's: no spaces
+        for r in $(ls -1tr "$fence"/req.* 2>/dev/null); do
             id=${r#"$fence"/req.}
             victim=${id%%.*} rest=${id#*.}
             asker=${rest%%.*} rest=${rest#*.}
