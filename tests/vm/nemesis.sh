@@ -17,8 +17,9 @@
 #   NEMESIS=<seconds>      how long faults are injected (default 600); the run lasts that
 #                          plus the boots and the recovery of the last fault
 #   NEMESIS_FAULTS="..."   the faults in this order, cycled: kill, crash, partition, umount,
-#                          fenced (one of the first three, drawn) or any (one of the four,
-#                          drawn); default "any"
+#                          fenced (one of the first three, drawn), any (one of the four,
+#                          drawn) or cycle (the four in an order drawn anew every four
+#                          faults: each comes once in every four); default "cycle"
 #   NEMESIS_GAP="MIN MAX"  seconds of load between a quiet point and the next fault
 #   NEMESIS_SEED=<n>       the draws (faults, victims, gaps, the workers' requests)
 #   NEMESIS_WORKERS=<n>    workers per node (default 3); NEMESIS_HANG=<s> (default 180)
@@ -293,7 +294,8 @@ if wait_ready 1 0 600 && wait_ready 2 0 600; then
     compare 0
     start=$SECONDS
     k=0
-    read -ra order <<<"${NEMESIS_FAULTS:-any}"
+    read -ra order <<<"${NEMESIS_FAULTS:-cycle}"
+    bag=()
     for n in 1 2; do gen "$n" >"$RUN/gen0.$n"; done
     while ((SECONDS - start < NEMESIS)) && [[ ! -f $RUN/failed ]]; do
         gap=$((GAP_MIN + RANDOM % (GAP_MAX - GAP_MIN + 1)))
@@ -304,6 +306,17 @@ if wait_ready 1 0 600 && wait_ready 2 0 600; then
         kinds=(kill crash partition umount)
         [[ $f == fenced ]] && f=${kinds[$((RANDOM % 3))]}
         [[ $f == any ]] && f=${kinds[$((RANDOM % 4))]}
+        if [[ $f == cycle ]]; then
+            if [[ ${#bag[@]} == 0 ]]; then
+                bag=("${kinds[@]}")
+                for i in 3 2 1; do
+                    j=$((RANDOM % (i + 1)))
+                    t=${bag[i]} bag[i]=${bag[j]} bag[j]=$t
+                done
+            fi
+            f=${bag[0]}
+            bag=("${bag[@]:1}")
+        fi
         victim=$((1 + RANDOM % 2))
         faults+=("$f")
         before=$(ops 1)/$(ops 2)

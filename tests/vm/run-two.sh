@@ -6,6 +6,8 @@
 # node 2's kernel stopped dead node 1 recovered alone with only its own locks.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# NEMESIS=<seconds>: the nemesis run instead (nemesis.sh: faults at random, both on ours)
+[[ -n ${NEMESIS:-} ]] && exec bash "$here/nemesis.sh"
 DAEMON1=${DAEMON1:-rust}
 DAEMON2=${DAEMON2:-c}
 PORT=${PORT:-$((20000 + RANDOM % 20000))}
