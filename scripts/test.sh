@@ -33,7 +33,7 @@ DAEMON2=c SOAK=120 bash tests/vm/run-two.sh
 # fenced (its daemon killed, its kernel crashed or corosync cut: drawn) and rejoins; no
 # violation, every request answered, identical tables at each quiet point (NEMESIS=600:
 # the ten-minute run, docs/real-kernel.md)
-NEMESIS=30 NEMESIS_GAP="5 8" NEMESIS_FAULTS="umount fenced" bash tests/vm/nemesis.sh
+NEMESIS=120 NEMESIS_COUNT=2 NEMESIS_GAP="5 8" NEMESIS_FAULTS="umount fenced" bash tests/vm/nemesis.sh
 # Debian 13 (kernel 6.12, dlm 4.3.0): the same on one node, then two nodes with ours beside
 # C 4.3.0 and an interrupted F_SETLKW each way (the kernel's CANCEL)
 SUITE=trixie bash tests/vm/build-image.sh
