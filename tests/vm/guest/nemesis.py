@@ -19,6 +19,7 @@ protocol on top, which is what is tested.
     nemesis.py worker ID SEED DIR OUT    one worker (started by the agent)
     nemesis.py getlk PATH START LEN EX   F_GETLK from a process of its own (the monitor's)
     nemesis.py report OUT                on the host: each node's counts, the verdict
+    nemesis.py selftest DIR              on the host, first: the checker can fail
 
 Deadlocks between workers are impossible by construction (the daemons run without
 deadlock detection): a worker blocks (F_SETLKW) only for a range that starts above every
@@ -592,7 +593,49 @@ def getlk_main(path, start, length, ex):
         print("held %s [%d len %d] pid %d" % ("ex" if t == fcntl.F_WRLCK else "sh", s, l, pid))
 
 
-# --- report (on the host) -----------------------------------------------------------------
+# --- on the host ---------------------------------------------------------------------------
+
+def selftest(d, secs=3.0):
+    """The checker on the host's own file system before a run: three workers with real
+    locks see no violation; the same workers with their F_SETLK/F_SETLKW calls skipped
+    (every range granted to all of them at once: what a double grant is) must see some."""
+    global RUN
+    found = {}
+    for mode in ("real", "skipped"):
+        base = os.path.join(d, mode)
+        out, RUN = os.path.join(base, "out"), os.path.join(base, "run")
+        os.makedirs(out)
+        os.makedirs(RUN)
+        make_files(base)
+        pids = []
+        for i in range(3):
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    if mode == "skipped":
+                        real = fcntl.fcntl
+                        fcntl.fcntl = lambda fd, cmd, arg=0: (
+                            arg if cmd in (fcntl.F_SETLK, fcntl.F_SETLKW) else real(fd, cmd, arg))
+                    Worker("%s%d" % (mode, i), i, base, out).run()
+                except Exception as e:
+                    print("selftest worker:", repr(e), file=sys.stderr)
+                    code = 1
+                os._exit(code)
+            pids.append(pid)
+        time.sleep(secs)
+        open(os.path.join(RUN, "stop"), "w").close()
+        ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
+        try:
+            found[mode] = len(open(os.path.join(out, "violations.txt")).read().splitlines())
+        except OSError:
+            found[mode] = 0
+        ops = sum(json.load(open(os.path.join(out, f)))["ops"] for f in os.listdir(out) if f.endswith(".json"))
+        found[mode + "_ops"] = ops if ok else -1
+    print("checker self-test on the host: real locks %d violations in %d operations; locks skipped %d in %d"
+          % (found["real"], found["real_ops"], found["skipped"], found["skipped_ops"]))
+    sys.exit(0 if found["real"] == 0 and found["real_ops"] > 0 and found["skipped"] > 0 else 1)
+
 
 def report(out):
     """Each node's counts over all its boots and workers; exit 1 on any violation, hang,
@@ -645,5 +688,7 @@ if __name__ == "__main__":
         getlk_main(*sys.argv[2:6])
     elif what == "report":
         report(sys.argv[2])
+    elif what == "selftest":
+        selftest(sys.argv[2])
     else:
         sys.exit("unknown: " + what)
