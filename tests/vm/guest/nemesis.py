@@ -486,6 +486,7 @@ class Agent:
             rc, text = self.sh(DLM_TOOL, "plocks", "gfs0", timeout=60)
             with open(os.path.join(self.out, "dump-%s.txt" % args[0]), "w") as f:
                 f.write(text + "\n" if text else "")
+            self.metrics()
             return "dumped rc %d" % rc
         if cmd == "diag":
             self.diag(args[0])
@@ -532,8 +533,18 @@ class Agent:
                 os.kill(int(p), signal.SIGKILL)
             self.log("dlm_controld killed: %s" % pid)
 
+    def metrics(self):
+        """Our daemon's counters as they are now (the report reads each boot's last)."""
+        try:
+            import urllib.request
+            text = urllib.request.urlopen("http://127.0.0.1:9465/metrics", timeout=10).read().decode()
+            write_atomic(os.path.join(self.out, "metrics.txt"), text)
+        except Exception as e:
+            self.log("metrics: %r" % e)
+
     def stop(self):
         stuck = self.stop_workers(False, 120)
+        self.metrics()
         rc, text = self.sh("umount", "/mnt")
         self.log("stop: stuck %s; umount %d %s" % (stuck, rc, text))
         if rc == 0:
@@ -664,10 +675,25 @@ def report(out):
                     hangs += [l for l in open(p).read().splitlines() if l]
                 elif f == "errors.txt":
                     errors += [l for l in open(p).read().splitlines() if l]
+        # what the daemons did for them, from each boot's last metrics
+        daemon = {}
+        for g in sorted(os.listdir(nd)):
+            try:
+                lines = open(os.path.join(nd, g, "metrics.txt")).read().splitlines()
+            except OSError:
+                continue
+            for l in lines:
+                name = l.split("{")[0].split(" ")[0]
+                if name in ("dlm_plock_requests_total", "dlm_plock_local_total", "dlm_plock_recalls_total",
+                            "dlm_plock_native_messages_total") and 'lockspace="gfs0"' in l:
+                    daemon[name] = daemon.get(name, 0) + int(float(l.split()[-1]))
         total[node] = counts.get("ops", 0)
         print("%s: %d lock operations by %d workers (%d ended by a stop, the others with their node or mount)"
               % (node, counts.get("ops", 0), workers, ended))
         print("  " + ", ".join("%s %d" % kv for kv in sorted(counts.items()) if kv[0] != "ops"))
+        if daemon:
+            print("  the daemons (each boot's last count; a boot fenced loses its own): "
+                  + ", ".join("%s %d" % (k[len("dlm_plock_"):-len("_total")], v) for k, v in sorted(daemon.items())))
         print("  violations %d, hangs %d, errors %d" % (len(viol), len(hangs), len(errors)))
         for l in viol[:10] + hangs[:10] + errors[:10]:
             print("  " + l[:600])
