@@ -96,7 +96,7 @@ class Worker:
         # node N's workers use file N-1 most (native mode: the node claims it and decides
         # it locally), the file both share next, the other node's now and then (a recall)
         home = int(ident[1]) - 1 if ident[:1] == "n" and ident[1:2] in ("1", "2") else None
-        self.weights = [1] * FILES if home is None else [60 if f == home else 35 if f == 2 else 5 for f in range(FILES)]
+        self.weights = [1] * FILES if home is None else [70 if f == home else 25 if f == 2 else 5 for f in range(FILES)]
         self.paths = paths(d)
         self.fds = [os.open(p, os.O_RDWR) for p in self.paths]
         self.mask = [bytearray(FSIZE) for _ in range(FILES)]  # 0xff: held
