@@ -24,6 +24,8 @@
 #   NEMESIS_GAP="MIN MAX"  seconds of load between a quiet point and the next fault
 #   NEMESIS_SEED=<n>       the draws (faults, victims, gaps, the workers' requests)
 #   NEMESIS_WORKERS=<n>    workers per node (default 3); NEMESIS_HANG=<s> (default 180)
+#   NEMESIS_BURST=1        workers also take 320 locks of a fresh file from 8 threads at
+#                          once, and probe the other node's (guest/nemesis.py Worker.burst)
 #   DLMCONF="..."          more dlm.conf lines (plock_native=0: the same run C-compatible)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -44,6 +46,7 @@ echo "$NEMESIS" >"$RUN/share/conf/nemesis"
 echo "$SEED" >"$RUN/share/conf/nemesis_seed"
 echo "${NEMESIS_WORKERS:-3}" >"$RUN/share/conf/nemesis_workers"
 echo "${NEMESIS_HANG:-180}" >"$RUN/share/conf/nemesis_hang"
+echo "${NEMESIS_BURST:-0}" >"$RUN/share/conf/nemesis_burst"
 printf 'enable_fencing=1\npost_join_delay=5\nenable_startup_fencing=0\nfence_all /host/guest/fence_nemesis.sh\n' >"$RUN/share/conf/dlm.conf"
 [[ -n ${DLMCONF:-} ]] && printf '%s\n' "$DLMCONF" >>"$RUN/share/conf/dlm.conf"
 nem=$RUN/share/nem

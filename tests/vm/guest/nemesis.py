@@ -44,6 +44,7 @@ import time
 FILES = 3
 FSIZE = 256
 MAXLEN = 48
+BURST_LOCKS, BURST_THREADS = 320, 8
 RUN = "/run/nemesis"
 NEM = "/host/nem"
 CONF = "/host/conf"
@@ -51,11 +52,16 @@ DLM_TOOL = "/usr/sbin/dlm_tool.distrib" if os.path.exists("/usr/sbin/dlm_tool.di
 
 
 def conf(name, default):
+    """A setting the host wrote into the share (nemesis.sh), or the default."""
     try:
         with open(os.path.join(CONF, name)) as f:
             return type(default)(f.read().strip())
     except (OSError, ValueError):
         return default
+
+
+# NEMESIS_BURST=1 (nemesis.sh): workers also burst locks into fresh files (Worker.burst)
+BURST = conf("nemesis_burst", 0)
 
 
 def paths(d):
@@ -104,11 +110,14 @@ class Worker:
         self.want = [bytearray(FSIZE) for _ in range(FILES)]  # the bytes expected there
         self.whose = [[""] * FSIZE for _ in range(FILES)]  # the token or read that set them
         self.seq = 0
+        self.nburst = 0
         self.since_empty = 0
         self.stats = {k: 0 for k in (
             "ops", "lock_ex_wait", "lock_sh_wait", "lock_ex_ok", "lock_ex_busy", "lock_sh_ok",
             "lock_sh_busy", "unlock", "unlock_all", "getlk", "getlk_conflict", "close",
             "close_holding", "verify", "bytes_written", "violations", "errors")}
+        if BURST:
+            self.stats.update(bursts=0, burst_locks=0, probes=0)
         self.state_path = os.path.join(RUN, "state." + ident)
         self.state("run")
         self.flushed = 0.0
@@ -267,8 +276,86 @@ class Worker:
                     their_start=s, their_len=l, their_pid=pid, query=[start, length])
                 return
 
+    def burst(self):
+        """NEMESIS_BURST=1: this process takes BURST_LOCKS exclusive one-byte locks (two
+        bytes apart: none merge) of a file no lock is on, from BURST_THREADS threads at
+        once, so that many of its requests are in CPG together while its first one claims
+        the file (issue 51's second defect: more than one STATE holds); all must be
+        granted (nobody else locks those bytes but the other node's occasional probe),
+        then it unlocks the file whole. A request that never returns is a hang."""
+        import threading
+        self.nburst += 1
+        path = os.path.join(os.path.dirname(self.paths[0]), "burst-%s-%d" % (self.ident, self.nburst))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        write_atomic(os.path.join(NEM, "burst." + self.ident), path)
+        got = [0] * BURST_THREADS
+
+        def take(t):
+            for j in range(t, BURST_LOCKS, BURST_THREADS):
+                try:
+                    fcntl.fcntl(fd, fcntl.F_SETLK, flock(fcntl.F_WRLCK, 2 * j, 1))
+                    got[t] += 1
+                except OSError as e:
+                    if e.errno not in (errno.EAGAIN, errno.EACCES):
+                        self.error("burst lock", e)
+        self.state("wait", "0 0 0 ex burst %s" % path)
+        threads = [threading.Thread(target=take, args=(t,)) for t in range(BURST_THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.stats["ops"] += BURST_LOCKS
+        self.stats["burst_locks"] += sum(got)
+        self.state("wait", "0 0 0 un burst-unlock %s" % path)
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETLK, flock(fcntl.F_UNLCK, 0, 0))
+        except OSError as e:
+            self.error("burst unlock", e)
+        self.stats["ops"] += 1
+        os.close(fd)
+        self.state("run")
+        self.stats["bursts"] += 1
+
+    def probe(self):
+        """The other node's latest burst file: F_GETLK and a one-byte F_SETLK there (a
+        recall of the file if that node owns it)."""
+        try:
+            names = [x for x in os.listdir(NEM) if x.startswith("burst.")]
+        except OSError:
+            return
+        mine = "n" + self.ident[1]
+        others = [x for x in names if not x.startswith("burst.%s" % mine)]
+        if not others:
+            return
+        try:
+            path = open(os.path.join(NEM, self.rng.choice(others))).read().strip()
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return
+        b = 2 * self.rng.randrange(BURST_LOCKS)
+        self.state("wait", "0 %d 1 ex probe %s" % (b, path))
+        try:
+            getlk(fd, b, 1, fcntl.F_WRLCK)
+            fcntl.fcntl(fd, fcntl.F_SETLK, flock(fcntl.F_WRLCK, b, 1))
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                self.error("probe", e)
+        finally:
+            os.close(fd)  # drops the byte if it was taken
+            self.stats["ops"] += 2
+            self.stats["probes"] += 1
+            self.state("run")
+
     def step(self):
         rng = self.rng
+        if BURST and not any(self.held(g) for g in range(FILES)):
+            r = rng.random()
+            if r < 0.01:
+                self.burst()
+                return
+            if r < 0.05:
+                self.probe()
+                return
         if self.since_empty > 12 or sum(m.count(0xff) for m in self.mask) > 160:
             for f in range(FILES):
                 if self.held(f):
