@@ -31,6 +31,12 @@ PARTITION=1 bash tests/vm/run-two.sh
 # two minutes of mixed load on ours and C 4.2.0 with udevadm trigger in a loop on both:
 # tables identical every minute, every request answered (SOAK=600: the ten-minute soak)
 DAEMON2=c SOAK=120 bash tests/vm/run-two.sh
+# the nemesis (issue 51), short: ours on both nodes, native mode on, workers checking every
+# byte they hold of shared gfs2 files while one node unmounts and mounts, then one node is
+# fenced (its daemon killed, its kernel crashed or corosync cut: drawn) and rejoins; no
+# violation, every request answered, identical tables at each quiet point (NEMESIS=600:
+# the ten-minute run, docs/real-kernel.md)
+NEMESIS=120 NEMESIS_COUNT=2 NEMESIS_GAP="5 8" NEMESIS_FAULTS="umount fenced" bash tests/vm/nemesis.sh
 # Debian 13 (kernel 6.12, dlm 4.3.0): the same on one node, then two nodes with ours beside
 # C 4.3.0 and an interrupted F_SETLKW each way (the kernel's CANCEL)
 SUITE=trixie bash tests/vm/build-image.sh

@@ -15,7 +15,14 @@ KVER=${KVER:-$(cat "$IMG/kver")}
 own_run() {
     [[ -n ${RUN:-} ]] && return
     RUN=$(mktemp -d "/tmp/$1.XXXXXX")
-    trap 'rc=$?; [[ $rc == 0 ]] || show_guests "$RUN"; if [[ $rc == 0 && ${KEEP_RUN:-0} != 1 ]]; then rm -rf "$RUN"; else echo "run kept: $RUN"; fi; exit $rc' EXIT
+    trap 'rc=$?; kill_vms "$RUN"; [[ $rc == 0 ]] || show_guests "$RUN"; if [[ $rc == 0 && ${KEEP_RUN:-0} != 1 ]]; then rm -rf "$RUN"; else echo "run kept: $RUN"; fi; exit $rc' EXIT
+}
+
+# kill_vms RUN: any VM of the run still running when its script ends (a script that
+# stopped at an error would otherwise leave them to their timeout)
+kill_vms() {
+    local p
+    for p in $(pgrep -f "qemu-system-x86_64 .*$1/" || true); do kill -KILL "$p" 2>/dev/null || true; done
 }
 
 # show_guests RUN: where each guest was when a run failed (the CI keeps nothing but its
@@ -75,4 +82,12 @@ vm() {
         -device virtio-blk-pci,drive=data,addr=0x5,share-rw=on \
         -fsdev "local,id=host,path=$run/share,security_model=none" \
         -device virtio-9p-pci,fsdev=host,mount_tag=host,addr=0x6 "$@" || true
+}
+
+# net N: node N's end of two VMs' network, UDP datagrams on loopback (node 1 on PORT, node
+# 2 on PORT+1): connectionless, so either VM can be powered off and booted again; the guest
+# finds its device by this MAC (guest/lib.sh net_up)
+net() {
+    local me=$((PORT + $1 - 1)) peer=$((PORT + 2 - $1))
+    echo "-netdev socket,id=n0,udp=127.0.0.1:$peer,localaddr=127.0.0.1:$me -device virtio-net-pci,netdev=n0,mac=52:54:00:00:09:0$1,addr=0x7"
 }

@@ -6,6 +6,8 @@
 # node 2's kernel stopped dead node 1 recovered alone with only its own locks.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# NEMESIS=<seconds>: the nemesis run instead (nemesis.sh: faults at random, both on ours)
+[[ -n ${NEMESIS:-} ]] && exec bash "$here/nemesis.sh"
 DAEMON1=${DAEMON1:-rust}
 DAEMON2=${DAEMON2:-c}
 PORT=${PORT:-$((20000 + RANDOM % 20000))}
@@ -78,13 +80,6 @@ fencer() {
 }
 qemu-img create -q -f raw "$RUN/gfs2.img" 1G
 start=$SECONDS
-# net N: node N's end of the VMs' network, UDP datagrams on loopback (node 1 on PORT, node
-# 2 on PORT+1): connectionless, so either VM can be powered off and booted again; the guest
-# finds its device by this MAC (guest/lib.sh net_up)
-net() {
-    local me=$((PORT + $1 - 1)) peer=$((PORT + 2 - $1))
-    echo "-netdev socket,id=n0,udp=127.0.0.1:$peer,localaddr=127.0.0.1:$me -device virtio-net-pci,netdev=n0,mac=52:54:00:00:09:0$1,addr=0x7"
-}
 # shellcheck disable=SC2046 # the words of net are qemu arguments
 vm "$RUN" 1 "dlmnode=1" $(net 1) &
 p1=$!
