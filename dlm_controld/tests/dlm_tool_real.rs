@@ -553,7 +553,8 @@ fn real_dlm_tool_reads_our_daemon() {
     // the debug buffer, the plock buffer and the status stream
     let dump = tool(&ns.0, &["dump"]);
     assert!(dump.contains(" our_nodeid 1\n"), "{dump}");
-    assert!(dump.contains(" dlm_controld 0.1.0 started\n"), "{dump}");
+    let started = format!(" dlm_controld {} started\n", env!("CARGO_PKG_VERSION"));
+    assert!(dump.contains(&started), "{dump}");
     assert!(dump.ends_with("\n\n") || dump.ends_with('\n'), "{dump:?}");
     let pl = tool(&ns.0, &["log_plock"]);
     assert!(

@@ -410,9 +410,9 @@ fn a_resource_outgrows_its_state() {
     });
 }
 
-/// Node 2 claims and decides while node 1 sends its table to node 3, which fails at any
-/// step: issue 51's third defect (a claim held by the data node across an interrupted
-/// transfer).
+/// Node 2 claims and decides while node 1 sends its table to node 3; node 3 or node 2
+/// fails at any step: issue 51's third defect (a claim held by the data node across an
+/// interrupted transfer), and a joiner's purge of a node whose requests it saved.
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -453,7 +453,7 @@ fn a_claim_across_an_interrupted_transfer() {
         name: "transfer",
         world: w,
         acts,
-        faults: vec![Step::Crash(3)],
+        faults: vec![Step::Crash(3), Step::Crash(2)],
         timer: false,
     });
 }

@@ -5,9 +5,10 @@
 //! fault: a crash, a leave, a join (of ours, of a C-compatible node, of ours from before
 //! SYNC), a node cut off and the partition's merge, with requests, batches, STATEs,
 //! RELEASEs and a transfer in flight. Processes take and drop byte ranges with F_SETLK,
-//! F_SETLKW, F_GETLK, CANCEL (an interrupted wait) and CLOSE; on some seeds native mode's
-//! bounds are a few entries (a resource crosses the give-back threshold and a STATE's size
-//! within a run). Checked at every step: no range granted twice, every reply matched as the
+//! F_SETLKW, F_GETLK, CANCEL (an interrupted wait) and CLOSE, and now and then in patterns:
+//! a burst of one owner's locks, or waits C's single waiter pass leaves one grantable
+//! behind; on some seeds native mode's bounds are a few entries (a resource crosses the
+//! give-back threshold and a STATE's size within a run). Checked at every step: no range granted twice, every reply matched as the
 //! kernel matches it and answered once; at every quiet point: the replicas agree (owners,
 //! recalls, every resource but an owner's own newer copy), every process's bytes are in its
 //! table, nothing unanswered; at the end, after fencing and a settle: nothing waits that
@@ -124,6 +125,27 @@ fn burst(w: &mut World, rng: &mut Rng, n: u32) -> Vec<Step> {
         .collect()
 }
 
+/// A pattern C's single waiter pass leaves a waiter grantable behind (plock-spec §2.8),
+/// asked at once by three processes of node `n`: owner 0 holds ex `b..=b+5`, owner 1 ex
+/// `b+6..=b+10`; owner 2 waits for sh `b..=b+10`, owner 1 for sh `b+4..=b+10`; owner 0
+/// unlocks: the pass grants owner 1, which leaves owner 2 grantable behind it.
+fn behind_the_pass(w: &mut World, rng: &mut Rng, n: u32) -> Vec<Step> {
+    let p = w.peer(n);
+    let blocked = (0..3).any(|i| p.procs.blocked(u64::from(n) * 10 + i).is_some());
+    if p.pid.is_none() || p.core.needs_plocks() || blocked {
+        return Vec::new();
+    }
+    let (number, b) = (rng.next(FILES), rng.next(BYTES - 10));
+    let (lock, unlock) = (PlockOp::LOCK, PlockOp::UNLOCK);
+    vec![
+        w.ask(n, 0, lock, true, false, number, (b, b + 5)),
+        w.ask(n, 1, lock, true, false, number, (b + 6, b + 10)),
+        w.ask(n, 2, lock, false, true, number, (b, b + 10)),
+        w.ask(n, 1, lock, false, true, number, (b + 4, b + 10)),
+        w.ask(n, 0, unlock, false, false, number, (b, b + 5)),
+    ]
+}
+
 /// Live nodes.
 fn live(w: &World) -> Vec<u32> {
     w.peers
@@ -224,10 +246,15 @@ fn run(seed: u64) {
                 let n = live[usize::try_from(rng.next(live.len() as u64)).unwrap_or(0)];
                 request(&mut w, &mut rng, n).into_iter().collect()
             }
-            80..=81 => {
+            80 => {
                 let live = live(&w);
                 let n = live[usize::try_from(rng.next(live.len() as u64)).unwrap_or(0)];
                 burst(&mut w, &mut rng, n)
+            }
+            81 => {
+                let live = live(&w);
+                let n = live[usize::try_from(rng.next(live.len() as u64)).unwrap_or(0)];
+                behind_the_pass(&mut w, &mut rng, n)
             }
             82..=84 => {
                 let live = live(&w);

@@ -141,8 +141,8 @@ impl HeaderFlags {
     /// CANCEL (kernel ≥ 6.6). C 4.x daemons neither send nor read it; a lockspace treats
     /// CANCEL as C does (unknown op) unless every member of the started change sent it.
     pub const CANCEL_AWARE: u32 = 0x100;
-    /// This project's extension, on START, from its first native mode (before session
-    /// 39): the sender ran native mode by rules that differ from [`Self::NATIVE2`]'s
+    /// This project's extension, on START, from its first native mode (before 0.2.0):
+    /// the sender ran native mode by rules that differ from [`Self::NATIVE2`]'s
     /// (docs/native-mode.md, "Versions"). No longer sent; a member that sends it is a
     /// daemon of ours from then, and a lockspace with it is C-compatible.
     pub const NATIVE: u32 = 0x200;
@@ -160,7 +160,7 @@ impl HeaderFlags {
     /// SYNC when every member sent it.
     pub const NATIVE_SYNC: u32 = 0x1000;
     /// This project's extension, on START: the sender runs native mode
-    /// (docs/native-mode.md) by its rules since session 39 (a purge leaves a resource
+    /// (docs/native-mode.md) by its rules since 0.2.0 (a purge leaves a resource
     /// another node owns to its give-back; every item applies by the rules of its place
     /// in the total order; only a lock claims). A started change is native when every
     /// member sent it: a daemon of ours with the earlier rules sent [`Self::NATIVE`]
