@@ -30,8 +30,19 @@ use dlm_testkit::{Rng, seeds};
 
 use world::{Kind, Step, World};
 
-/// Files the processes use.
-const FILES: u64 = 3;
+/// Files the processes use: one of its own for each node (the node's number), which its
+/// processes use most (native mode owns it, decides it locally, is recalled from it), and
+/// file 0, which all share.
+const FILES: u64 = 6;
+
+/// A file for a request of node `n`: its own seven times in ten, else any.
+fn file(rng: &mut Rng, n: u32) -> u64 {
+    if rng.next(10) < 7 {
+        u64::from(n) % FILES
+    } else {
+        rng.next(FILES)
+    }
+}
 /// Bytes of each file they lock.
 const BYTES: u64 = 16;
 
@@ -99,7 +110,7 @@ fn request(w: &mut World, rng: &mut Rng, n: u32) -> Option<Step> {
             None
         };
     }
-    let number = rng.next(FILES);
+    let number = file(rng, n);
     let start = rng.next(BYTES);
     let end = (start + rng.next(5)).min(BYTES - 1);
     let ex = rng.next(2) == 0;
@@ -119,7 +130,7 @@ fn burst(w: &mut World, rng: &mut Rng, n: u32) -> Vec<Step> {
     if p.pid.is_none() || p.core.needs_plocks() || p.procs.blocked(u64::from(n) * 10).is_some() {
         return Vec::new();
     }
-    let number = rng.next(FILES);
+    let number = file(rng, n);
     (0..4 + rng.next(6))
         .map(|b| w.ask(n, 0, PlockOp::LOCK, true, false, number, (b * 2, b * 2)))
         .collect()
@@ -131,18 +142,26 @@ fn burst(w: &mut World, rng: &mut Rng, n: u32) -> Vec<Step> {
 /// unlocks: the pass grants owner 1, which leaves owner 2 grantable behind it.
 fn behind_the_pass(w: &mut World, rng: &mut Rng, n: u32) -> Vec<Step> {
     let p = w.peer(n);
-    let blocked = (0..3).any(|i| p.procs.blocked(u64::from(n) * 10 + i).is_some());
-    if p.pid.is_none() || p.core.needs_plocks() || blocked {
+    if p.pid.is_none() || p.core.needs_plocks() {
         return Vec::new();
     }
-    let (number, b) = (rng.next(FILES), rng.next(BYTES - 10));
+    // three processes of their own (what is left waiting stays out of the others' way)
+    let first = 3 + 3 * rng.next(30);
+    let (o0, o1, o2) = (first, first + 1, first + 2);
+    if [o0, o1, o2]
+        .iter()
+        .any(|&o| p.procs.blocked(u64::from(n) * 10 + o).is_some())
+    {
+        return Vec::new();
+    }
+    let (number, b) = (file(rng, n), rng.next(BYTES - 10));
     let (lock, unlock) = (PlockOp::LOCK, PlockOp::UNLOCK);
     vec![
-        w.ask(n, 0, lock, true, false, number, (b, b + 5)),
-        w.ask(n, 1, lock, true, false, number, (b + 6, b + 10)),
-        w.ask(n, 2, lock, false, true, number, (b, b + 10)),
-        w.ask(n, 1, lock, false, true, number, (b + 4, b + 10)),
-        w.ask(n, 0, unlock, false, false, number, (b, b + 5)),
+        w.ask(n, o0, lock, true, false, number, (b, b + 5)),
+        w.ask(n, o1, lock, true, false, number, (b + 6, b + 10)),
+        w.ask(n, o2, lock, false, true, number, (b, b + 10)),
+        w.ask(n, o1, lock, false, true, number, (b + 4, b + 10)),
+        w.ask(n, o0, unlock, false, false, number, (b, b + 5)),
     ]
 }
 
@@ -222,13 +241,21 @@ fn run(seed: u64) {
     }
     let late_at = rng.next(u64::from(plan.steps) / 2);
     let mut faults = plan.faults;
+    let mut fault_in: Option<u64> = None;
     for t in 0..u64::from(plan.steps) {
         if t == late_at {
             if let Some(kind) = plan.late.filter(|_| !w.peers.contains_key(&plan.nodes)) {
                 w.step(&Step::Join(plan.nodes, kind));
             }
         }
-        let steps: Vec<Step> = match rng.next(100) {
+        let soon = fault_in.is_some_and(|k| k == 0);
+        fault_in = fault_in.and_then(|k| k.checked_sub(1));
+        let pick = if soon && faults > 0 {
+            97
+        } else {
+            rng.next(100)
+        };
+        let steps: Vec<Step> = match pick {
             0..=54 => {
                 let e: Vec<Step> = w
                     .enabled(false)
@@ -254,6 +281,10 @@ fn run(seed: u64) {
             81 => {
                 let live = live(&w);
                 let n = live[usize::try_from(rng.next(live.len() as u64)).unwrap_or(0)];
+                // a fault soon after, now and then: while the decisions are unsent
+                if rng.next(2) == 0 {
+                    fault_in = Some(rng.next(8));
+                }
                 behind_the_pass(&mut w, &mut rng, n)
             }
             82..=84 => {
@@ -271,7 +302,12 @@ fn run(seed: u64) {
                 .map(|&n| Step::Fence(n))
                 .into_iter()
                 .collect(),
-            _ if faults > 0 && rng.next(4) == 0 => {
+            95..=96 => {
+                // a pause: everything in flight arrives, then the quiet point's checks
+                w.settle_with(plan.timer);
+                Vec::new()
+            }
+            _ if faults > 0 && (soon || rng.next(4) == 0) => {
                 let f = fault(&mut w, &mut rng, &plan);
                 if f.is_some() {
                     faults -= 1;

@@ -820,6 +820,12 @@ impl World {
     /// Every fencing completes, and the cluster runs until nothing moves (STATEs sent,
     /// waits retried by the nodes' polls): how a run ends before its last checks.
     pub(crate) fn settle(&mut self) {
+        self.settle_with(true);
+    }
+
+    /// [`Self::settle`], sending the STATEs of local decisions only if `states` (a
+    /// simulation without a sync timer pauses without them).
+    pub(crate) fn settle_with(&mut self, states: bool) {
         loop {
             // every step taken, in a fixed order; STATEs once nothing else moves
             let (syncs, steps): (Vec<Step>, Vec<Step>) = self
@@ -836,7 +842,7 @@ impl World {
                 self.step(&Step::Fence(n));
                 continue;
             }
-            if !syncs.is_empty() {
+            if states && !syncs.is_empty() {
                 for s in syncs {
                     self.step(&s);
                 }
