@@ -3,6 +3,8 @@
 # nodes over the VMs' socket network, the daemon named in /host/conf/daemonN ("rust" or
 # "c"), gfs2 on the shared disk /dev/vdb mounted on both, then plocks2.py across the nodes.
 # The VMs meet at file barriers in /host/sync (one 9p share for both).
+# the cluster stack users run (run-stack.sh: pacemaker, ocfs2, lvmlockd), when asked for
+[ -f /host/conf/stack ] && exec /bin/sh "/host/guest/stack-$(cat /host/conf/stack).sh"
 # a rolling upgrade instead, when the run asks for it
 [ -f /host/conf/upgrade ] && exec /bin/sh /host/guest/upgrade2.sh
 # or a partition, or fencing with an agent that powers the victim off
