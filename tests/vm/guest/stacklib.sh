@@ -12,8 +12,8 @@ check() {
     fi
 }
 
-# note TEXT: a line of what was seen, beside the checks
-note() { echo "$*" >>$R; }
+# note TEXT: a line of what was seen, beside the checks (at the guest's uptime)
+note() { echo "[$(cut -d' ' -f1 /proc/uptime) s] $*" >>$R; }
 
 # corosync_up N: this VM named nodeN, its address on the socket network, corosync until
 # quorate (no dlm: who starts it is the run's business); a node that never meets the other
@@ -21,6 +21,7 @@ note() { echo "$*" >>$R; }
 corosync_up() {
     hostname node$1
     echo node$1 >/etc/hostname
+    printf '10.9.0.1 node1\n10.9.0.2 node2\n' >>/etc/hosts
     net_up "$1" || no_cluster "node $1: no network device with this node's MAC came up"
     systemctl start corosync
     i=0
