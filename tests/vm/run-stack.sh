@@ -124,7 +124,7 @@ for n in 1 2 2b; do
     [[ -d $out/node$n ]] || continue
     echo "=== node $n"
     for f in stack.txt plocks.txt fence.txt pingpong.txt; do
-        [[ -f $out/node$n/$f ]] && { echo "--- $f"; grep -E '^(PASS|FAIL|RESULT|\\[)' "$out/node$n/$f" || true; }
+        [[ -f $out/node$n/$f ]] && { echo "--- $f"; grep -E '^(PASS|FAIL|RESULT|\[)' "$out/node$n/$f" || true; }
     done
     ! grep -qs '^FAIL' "$out/node$n/stack.txt" "$out/node$n/plocks.txt" "$out/node$n/fence.txt" || ok=no
 done
