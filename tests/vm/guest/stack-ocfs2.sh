@@ -10,9 +10,9 @@
 #      increment by the number of nodes (locks and data coherent across the nodes);
 #   4. both unmount (the daemon leaves, no lockspace left) and mount again, plocks2.py
 #      once more, the two tables the same;
-#   5. both unmount; node 1 runs fsck.ocfs2 -fn, which takes the cluster lock in a
-#      lockspace it creates from user space (libdlm: /dev/misc/dlm-control, the kernel's
-#      uevent to the daemon), then releases it.
+#   5. both unmount; node 1 runs tunefs.ocfs2 and fsck.ocfs2, each taking the cluster
+#      lock in a lockspace it creates from user space (libdlm: /dev/misc/dlm-control, the
+#      kernel's uevent to the daemon), then releases it.
 # Results (PASS/FAIL lines) in $OUT/stack.txt.
 . /host/guest/lib.sh
 . /host/guest/stacklib.sh
@@ -87,17 +87,28 @@ mount_both again
 locks_both again
 check "node $N: umount (again)" umount /mnt
 barrier unmounted-again
-# 5. fsck.ocfs2 takes the cluster lock through a lockspace of its own, from user space
-if [ "$N" = 1 ]; then
+# 5. tunefs.ocfs2 and fsck.ocfs2 (which repairs, so opens the device read-write) take the
+#    cluster lock in a lockspace of their own, created from user space through libdlm
+#    (/dev/misc/dlm-control; the kernel's uevent to the daemon, as for a mount)
+# uevents_of ACTION: how many uevents of ACTION (online, offline) the daemon has logged
+uevents_of() { ctool dump 2>/dev/null | grep -c "kernel: $1@ "; }
+# by_libdlm CMD...: CMD succeeds, the daemon joined one more lockspace and left it again,
+# none is left
+by_libdlm() {
+    on=$(uevents_of online)
+    off=$(uevents_of offline)
     t=$(date +%s)
-    check "node 1: fsck.ocfs2 -fn (a lockspace created through libdlm)" fsck.ocfs2 -fn /dev/vdb
-    note "fsck.ocfs2: $(($(date +%s) - t)) s"
+    check "node 1: $*" "$@"
+    note "$1: $(($(date +%s) - t)) s"
+    check "node 1: the daemon joined and left $1's lockspace" \
+        sh -c "[ $(uevents_of online) = $((on + 1)) ] && [ $(uevents_of offline) = $((off + 1)) ]"
+    check "node 1: no lockspace left after $1" no_lockspaces
+}
+if [ "$N" = 1 ]; then
+    by_libdlm tunefs.ocfs2 -L tuned /dev/vdb
+    by_libdlm fsck.ocfs2 -fy /dev/vdb
+    check "node 1: the label tunefs.ocfs2 wrote" sh -c 'blkid -o value -s LABEL /dev/vdb | grep -qx tuned'
     ctool dump >$OUT/daemon_dump.txt 2>&1
-    # the kernel's uevents as the daemon logged them: two mounts, then fsck's lockspace
-    grep -E 'kernel: (online|offline)@' $OUT/daemon_dump.txt >$OUT/uevents.txt
-    check "node 1: the daemon joined and left fsck's lockspace (a third online@ and offline@)" \
-        sh -c "[ \$(grep -c 'online@' $OUT/uevents.txt) -ge 3 ] && [ \$(grep -c 'offline@' $OUT/uevents.txt) -ge 3 ]"
-    check "node 1: no lockspace left after fsck" no_lockspaces
 fi
 barrier fsck
 journalctl -u dlm --no-pager >$OUT/journal_dlm.txt
