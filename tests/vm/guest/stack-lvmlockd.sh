@@ -39,7 +39,8 @@ lvm_left() { [ -z "$(members lvm_vg1)" ] && [ -z "$(members lvm_global)" ]; }
 # recovered_alone: lvm_vg1 has node 1 alone and no change under way
 recovered_alone() { members_are lvm_vg1 "1 " && ! ctool ls | grep -q 'new change\|new status'; }
 
-# ok NAME CMD...: CMD succeeds; refused NAME CMD...: CMD fails (its output in the log)
+# ok NAME CMD...: CMD succeeds; refused NAME CMD...: CMD fails because the other node
+# holds the LV's lock (its output in the log)
 ok() {
     name=$1
     shift
@@ -48,7 +49,8 @@ ok() {
 refused() {
     name=$1
     shift
-    check "node $N: $name is refused" sh -c '! "$@"' refused "$@"
+    check "node $N: $name is refused (LV locked by other host)" \
+        sh -c '"$@" >/tmp/refused.txt 2>&1; r=$?; cat /tmp/refused.txt; [ $r != 0 ] && grep -q "LV locked by other host" /tmp/refused.txt' refused "$@"
 }
 
 # lockspaces_both: lvm_global and lvm_vg1 have both nodes
