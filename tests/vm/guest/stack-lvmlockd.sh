@@ -10,8 +10,9 @@
 #      exclusive;
 #   3. node 2's kernel stops dead with the LV active shared (enable_fencing=0: the
 #      lockspaces recover without it), node 1 then gets it exclusive; the host boots node 2
-#      again and `vgchange --lockstart` joins the VG's lockspace again, node 1's exclusive
-#      activation refusing it shared until node 1 lets go;
+#      again and lvmlocks.service (as at boot: vgchange --lock-start --lock-opt auto) joins
+#      the VG's lockspace again, node 1's exclusive activation refusing it shared until
+#      node 1 lets go;
 #   4. both stop the lockspaces (vgchange --lockstop), lvmlockd and dlm: nothing left.
 # Results (PASS/FAIL lines) in $OUT/stack.txt.
 . /host/guest/lib.sh
@@ -63,9 +64,11 @@ if grep -q dlmrejoin /proc/cmdline; then
     DAEMON=$(cat /host/conf/daemon2)
     lvm_up 2
     wait_mark exclusive.1
+    # as at boot: lvmlocks.service (vgchange --lock-start --lock-opt auto, after dlm and
+    # lvmlockd) starts the shared VGs' lockspaces
     t=$(date +%s)
-    ok "vgchange --lockstart vg1 (after the reboot)" vgchange --lockstart vg1
-    note "vgchange --lockstart after the reboot: $(($(date +%s) - t)) s"
+    ok "lvmlocks.service started the VG's lockspace (after the reboot)" systemctl start lvmlocks
+    note "lvmlocks.service after the reboot: $(($(date +%s) - t)) s"
     ok "lvm_vg1 and lvm_global have both nodes again" wait_for lockspaces_both
     refused "lvchange -asy vg1/lv1 while node 1 has it exclusive" lvchange -asy vg1/lv1
     touch $SYNC/rejoined.2

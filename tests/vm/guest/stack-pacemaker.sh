@@ -39,8 +39,9 @@ pcmk_up() {
 # what the agent's monitor reads
 daemon_checks() {
     check "node $N: the running dlm_controld is $DAEMON" running_is "$DAEMON"
+    # (C's daemon has a helper process too, its child: the oldest is the daemon)
     check "node $N: started by the agent with -s 0, in the background (parent 1)" \
-        sh -c '[ "$(ps -o ppid= -C dlm_controld | tr -d " ")" = 1 ] && ps -o args= -C dlm_controld | grep -q -- "-s 0"'
+        sh -c 'p=$(pgrep -o -x dlm_controld) && [ "$(ps -o ppid= -p $p | tr -d " ")" = 1 ] && ps -o args= -p $p | grep -q -- "-s 0"'
     dlm_tool status -v >$OUT/status_v.txt 2>&1
     check "node $N: dlm_tool status -v has stateful_merge_wait=0 on a line of its own" \
         grep -q '^ *stateful_merge_wait=0$' $OUT/status_v.txt
@@ -117,7 +118,9 @@ if [ "$N" = 2 ]; then
     while [ ! -f $SYNC/fwaiting.1 ]; do sleep 0.2; done
     touch $SYNC/fkilled.2
     sync
-    kill -9 "$(pidof dlm_controld)"
+    # (C's daemon and its helper process)
+    # shellcheck disable=SC2046 # one pid a word
+    kill -9 $(pidof dlm_controld)
     # Pacemaker's fencer has the host power this VM off
     sleep 600
 fi
