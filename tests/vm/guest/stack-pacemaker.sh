@@ -132,7 +132,11 @@ ctool status >$OUT/status_after_fence.txt 2>&1
 ctool dump >$OUT/daemon_dump_fence.txt 2>&1
 check "node 1: dlm_stonith ran for node 2 and succeeded" \
     sh -c "grep -Eq 'fence result 2 pid [0-9]+ result 0' $OUT/daemon_dump_fence.txt"
-check "node 1: Pacemaker's history has node 2 fenced" grep -q 'reboot of node2 successful' $OUT/stonith_history.txt
+check "node 1: Pacemaker's history has node 2 fenced, once" \
+    sh -c "[ \$(grep -c 'reboot of node2 successful' $OUT/stonith_history.txt) = 1 ]"
+# who asked: dlm_stonith, Pacemaker's scheduler, the agent's monitor on node 2; the
+# fencer merges a request with one in flight for the same node
+journalctl --no-pager -u pacemaker | grep -E 'wants to fence|Merging fencing' >>$R
 # node 2 back: Pacemaker starts dlm and gfs2 on it, which gets node 1's table
 wait_mark rejoined.2
 python3 /host/guest/pcmk.py started node1 node2 >>$R 2>&1
