@@ -22,10 +22,25 @@ R=$OUT/stack.txt
 export DLM_TOOL=/usr/sbin/dlm_tool
 [ -x /usr/sbin/dlm_tool.distrib ] && DLM_TOOL=/usr/sbin/dlm_tool.distrib
 
+# stonith_lib: Debian 13's dlm_stonith (dlm 4.3.0-3) dlopens libstonithd.so.26, the name
+# pacemaker 3.0.0's header gives, but pacemaker 3.0.0 ships libstonithd.so.56 (upstream
+# fixed the header in 3.0.1): dlm_stonith then exits 177 (-ELIBACC) at once and no daemon,
+# C or ours, can fence through it (the lockspaces wait until the failed node rejoins). An
+# administrator links the old name to the library (docs/operating.md); so does this run.
+stonith_lib() {
+    d=/usr/lib/x86_64-linux-gnu
+    if grep -aq 'libstonithd\.so\.26' /usr/sbin/dlm_stonith && [ ! -e $d/libstonithd.so.26 ] &&
+        [ -e $d/libstonithd.so.56 ]; then
+        ln -s libstonithd.so.56 $d/libstonithd.so.26
+        note "dlm_stonith wants libstonithd.so.26, pacemaker has libstonithd.so.56: linked"
+    fi
+}
+
 # pcmk_up N: the node's daemon installed (ours from the package, or Debian's as it is),
 # the fence agent, corosync, then pacemaker
 pcmk_up() {
     setup_node "$1"
+    stonith_lib
     cp /host/guest/fence_vmhost.sh /usr/sbin/fence_vmhost
     chmod 755 /usr/sbin/fence_vmhost
     corosync_up "$1"
