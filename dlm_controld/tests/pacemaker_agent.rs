@@ -53,7 +53,7 @@ fn start_monitor_and_stop_as_the_controld_agent_does() {
     let k = FakeKernel::start(&dir).expect("fake kernel");
     let ns = Netns::new("pcmk").expect("netns");
     // start: `dlm_controld -s 0` returns, the daemon in the background
-    let status = ns
+    let mut start = ns
         .command(env!("CARGO_BIN_EXE_dlm_controld"))
         .args([
             "--kernel-root",
@@ -65,9 +65,24 @@ fn start_monitor_and_stop_as_the_controld_agent_does() {
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()
+        .spawn()
         .expect("run");
-    assert!(status.success(), "the agent's start command returns 0");
+    let mut status = None;
+    for _ in 0..200 {
+        status = start.try_wait().expect("wait");
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if status.is_none() {
+        let _ = start.kill();
+        let _ = start.wait();
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the agent's start command returns 0 at once: {status:?}"
+    );
     assert!(k.wait_daemon(T));
     let pid: i32 = std::fs::read_to_string(dir.join("run/dlm_controld/dlm_controld.pid"))
         .expect("pid file")
@@ -90,7 +105,11 @@ fn start_monitor_and_stop_as_the_controld_agent_does() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(seen, vec!["0".to_owned()], "one stateful_merge_wait= line, 0");
+    assert_eq!(
+        seen,
+        vec!["0".to_owned()],
+        "one stateful_merge_wait= line, 0"
+    );
     // -s 0: startup fencing off, from the command line
     let config = tool(&ns, &["dump_config"]);
     assert!(
