@@ -16,7 +16,34 @@
 # as `bash tests/vm/run-stack.sh pacemaker|ocfs2|lvmlockd` (docs/real-kernel.md). DAEMON1,
 # DAEMON2: rust (ours, the default on both) or c (Debian's); SUITE=trixie for Debian 13;
 # DLMCONF: more dlm.conf lines. Exits 0 only if every check of every node passed.
+# `run-stack.sh all` runs each of them on both suites, ours on both nodes and ours beside C.
 set -euo pipefail
+# all: every run on both suites with both pairings, the images built first; one line each
+# with its result and wall time at the end
+if [[ ${1:-} == all ]]; then
+    failed=0
+    summary=()
+    for suite in bookworm trixie; do
+        STACK=1 SUITE=$suite bash "$(dirname "$0")/build-image.sh"
+    done
+    for run in "bookworm pacemaker rust" "bookworm pacemaker c" "bookworm ocfs2 rust" \
+        "bookworm ocfs2 c" "bookworm lvmlockd rust" "bookworm lvmlockd c" \
+        "trixie pacemaker rust" "trixie pacemaker c" "trixie ocfs2 c" "trixie lvmlockd c"; do
+        read -r suite what d2 <<<"$run"
+        t=$SECONDS
+        if SUITE=$suite DAEMON1=rust DAEMON2=$d2 bash "$0" "$what"; then
+            r=passed
+        else
+            r=FAILED
+            failed=$((failed + 1))
+        fi
+        summary+=("$what, $suite, node 2 $d2: $r in $((SECONDS - t)) s")
+    done
+    echo "=== run-stack.sh all"
+    printf '%s\n' "${summary[@]}"
+    [[ $failed -eq 0 ]]
+    exit
+fi
 # shellcheck disable=SC2034 # lib.sh boots the stack image
 STACK=1
 source "$(dirname "$0")/lib.sh"
@@ -24,7 +51,7 @@ what=${1:-pacemaker}
 case $what in
 pacemaker | ocfs2 | lvmlockd) ;;
 *)
-    echo "usage: $0 pacemaker|ocfs2|lvmlockd" >&2
+    echo "usage: $0 pacemaker|ocfs2|lvmlockd|all" >&2
     exit 2
     ;;
 esac
