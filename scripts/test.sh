@@ -42,3 +42,10 @@ NEMESIS=120 NEMESIS_COUNT=2 NEMESIS_GAP="5 8" NEMESIS_FAULTS="umount fenced" bas
 SUITE=trixie bash tests/vm/build-image.sh
 SUITE=trixie bash tests/vm/run-one.sh
 SUITE=trixie CANCEL=1 DLMCONF=c_peers_apply_cancel=1 bash tests/vm/run-two.sh
+# the cluster stack users run over the daemon, with Debian's packages (tests/vm/run-stack.sh;
+# every run on both suites, ours on both and beside C: `bash tests/vm/run-stack.sh all`):
+# Pacemaker with the controld clone, gfs2 as a cloned Filesystem and a node fenced through
+# dlm_stonith; ocfs2 on the pcmk user stack with ours beside C
+STACK=1 bash tests/vm/build-image.sh
+bash tests/vm/run-stack.sh pacemaker
+DAEMON2=c bash tests/vm/run-stack.sh ocfs2

@@ -9,11 +9,18 @@
 # SUITE=trixie builds a Debian 13 image instead (kernel 6.12, corosync 3.1.9, dlm-controld
 # 4.3.0), in $VMCACHE/trixie, from the host's Debian mirror (its own package lists, so the
 # host's apt is not touched); the qemu tree is shared.
+#
+# STACK=1 builds, beside the suite's image (in $VMCACHE/stack, or $VMCACHE/<suite>/stack),
+# one with the cluster stack users run over the daemon too: pacemaker, crmsh and
+# resource-agents, ocfs2-tools, lvm2-lockd, ctdb (for ping_pong); run-stack.sh boots it. The
+# other runs keep their smaller image.
 set -euo pipefail
 SUITE=${SUITE:-bookworm}
 VMCACHE=${VMCACHE:-/var/cache/dlm-vm}
+STACK=${STACK:-0}
 IMG=$VMCACHE
 [[ $SUITE == bookworm ]] || IMG=$VMCACHE/$SUITE
+[[ $STACK == 1 ]] && IMG=$IMG/stack
 mkdir -p "$VMCACHE"/{debs,qemu} "$IMG"/kernel
 
 # the host's Debian mirror, from its apt sources
@@ -123,6 +130,7 @@ INIT
 # the image's packages (an image built with another list is built again; strace for
 # profiling a daemon in the guest, STRACE=1 in a bench)
 PKGS=systemd-sysv,udev,kmod,iproute2,nftables,procps,psmisc,python3,strace${EXTRA_PKGS:+,$EXTRA_PKGS},corosync,dlm-controld,gfs2-utils
+[[ $STACK == 1 ]] && PKGS=$PKGS,pacemaker,pacemaker-cli-utils,crmsh,resource-agents,ocfs2-tools,lvm2-lockd,ctdb
 
 rootfs() {
     [[ -f root.img && $(cat root.pkgs 2>/dev/null) == "$PKGS" ]] && return
@@ -134,7 +142,7 @@ rootfs() {
         --include="$PKGS" \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
         --customize-hook="mkdir -p \"\$1/lib/modules\" && cp -a kernel/lib/modules/$KVER \"\$1/lib/modules/\"" \
-        --customize-hook="chroot \"\$1\" systemctl disable corosync dlm >/dev/null 2>&1 || true" \
+        --customize-hook="for u in corosync dlm pacemaker ctdb lvmlockd lvmlocks o2cb ocfs2; do chroot \"\$1\" systemctl disable \$u >/dev/null 2>&1 || true; done" \
         --customize-hook="chroot \"\$1\" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer >/dev/null 2>&1 || true" \
         --customize-hook="echo 'host /host 9p trans=virtio,version=9p2000.L,msize=262144,nofail 0 0' >>\"\$1/etc/fstab\"" \
         --customize-hook="mkdir -p \"\$1/host\"" \
@@ -142,7 +150,7 @@ rootfs() {
         --customize-hook="echo 'root:root' | chroot \"\$1\" chpasswd" \
         "$SUITE" rootfs "${mirrors[@]}"
     rm -f root.img
-    mkfs.ext4 -q -d rootfs -L root root.img 1500M
+    mkfs.ext4 -q -d rootfs -L root root.img "$([[ $STACK == 1 ]] && echo 2500M || echo 1500M)"
     rm -rf rootfs
     echo "$PKGS" >root.pkgs
 }

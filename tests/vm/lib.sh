@@ -6,6 +6,8 @@ VMCACHE=${VMCACHE:-/var/cache/dlm-vm}
 SUITE=${SUITE:-bookworm}
 IMG=$VMCACHE
 [[ $SUITE == bookworm ]] || IMG=$VMCACHE/$SUITE
+# STACK=1: the image with the cluster stack (STACK=1 build-image.sh; run-stack.sh)
+[[ ${STACK:-0} == 1 ]] && IMG=$IMG/stack
 KVER=${KVER:-$(cat "$IMG/kver")}
 
 # own_run PREFIX: RUN, unless the caller gave one, is a new directory under /tmp that is

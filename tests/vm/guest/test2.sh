@@ -5,6 +5,8 @@
 # The VMs meet at file barriers in /host/sync (one 9p share for both).
 # the nemesis run (tests/vm/nemesis.sh) instead, when the run asks for it
 [ -f /host/conf/nemesis ] && exec /bin/sh /host/guest/nemesis2.sh
+# the cluster stack users run (run-stack.sh: pacemaker, ocfs2, lvmlockd), when asked for
+[ -f /host/conf/stack ] && exec /bin/sh "/host/guest/stack-$(cat /host/conf/stack).sh"
 # a rolling upgrade instead, when the run asks for it
 [ -f /host/conf/upgrade ] && exec /bin/sh /host/guest/upgrade2.sh
 # or a partition, or fencing with an agent that powers the victim off
