@@ -47,7 +47,7 @@ use std::sync::atomic::Ordering;
 
 /// Lines of the plock dump made per portion (about 500 KiB of text): between portions the
 /// task serves plock requests and events, so a dump of 10⁶ locks never holds the table's
-/// task for the whole text (about 200 ms).
+/// task for the whole text.
 const DUMP_PORTION_LINES: usize = 8192;
 
 /// A plock dump taken in portions (C's `copy_plock_state` text; with `ages` each line ends

@@ -199,9 +199,8 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     // reader on a thread of its own that performs requests in place, plock_device::spawn;
     // the local sockets on another, main_task::spawn_clients): a lockspace's hand-offs
     // never cross threads, and a current-thread scheduler costs less per wake-up
-    // than one worker beside block_on's thread (docs/BENCHMARKS.md: 1.13x on the contended
-    // C-compatible row, 13.0 against 15.6 us of daemon CPU per op); a second worker took the
-    // CPU corosync needs (one worker was 1.2-1.4x two on the C-compatible rows)
+    // than one worker beside block_on's thread; a second worker takes the CPU corosync
+    // needs (docs/BENCHMARKS.md, "Settings chosen by measurement")
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -160,7 +160,7 @@ impl HeaderFlags {
     /// SYNC when every member sent it.
     pub const NATIVE_SYNC: u32 = 0x1000;
     /// This project's extension, on START: the sender runs native mode
-    /// (docs/native-mode.md) by its rules since session 39 (a purge leaves a resource
+    /// (docs/native-mode.md) by its current rules (a purge leaves a resource
     /// another node owns to its give-back; every item applies by the rules of its place
     /// in the total order; only a lock claims). A started change is native when every
     /// member sent it: a daemon of ours with the earlier rules sent [`Self::NATIVE`]
