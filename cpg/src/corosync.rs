@@ -83,8 +83,8 @@ thread_local! {
 
 /// Marks, for the trampolines, which handle this thread dispatches and where its `Inner`
 /// is, for as long as one `cpg_dispatch` call runs: they find it without
-/// `cpg_context_get`, whose handle-table lookup and locks cost a delivered message ~300
-/// instructions. The mark before is put back on drop.
+/// `cpg_context_get`, whose handle-table lookup and locks every delivered message would
+/// pay. The mark before is put back on drop.
 struct Dispatching((sys::cpg_handle_t, *mut Inner));
 
 impl Dispatching {

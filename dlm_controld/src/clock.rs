@@ -6,8 +6,8 @@
 //! `Instant`s, the same clock, and keeps none of them.) The milliseconds the cores take are derived from it, so
 //! one read can serve a request's latency and the cores' time both, and every millisecond
 //! value comes from the same source: none runs behind another read later. A plain integer,
-//! so the request path's latencies are subtractions (an `Instant`'s took ~55 instructions
-//! each, four a request).
+//! so the request path's latencies are plain subtractions (an `Instant`'s subtraction
+//! normalises seconds and nanoseconds).
 
 /// A CLOCK_MONOTONIC reading, nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -7,7 +7,7 @@
 //!
 //! A list of at most [`SMALL`] entries keeps no treap: a walk of its list answers a query
 //! for less than the treap's splits and merges cost at that size (a file that 16 processes
-//! lock in disjoint ranges spent a fifth of the daemon's instructions in them). It builds
+//! lock in disjoint ranges: docs/BENCHMARKS.md, "Settings chosen by measurement"). It builds
 //! its treap when it grows past [`SMALL`] and drops it when it shrinks to [`SMALL_AGAIN`],
 //! so no sequence of requests makes it build and drop at every one; a treap's shape depends
 //! on its keys and priorities only, so a list's treap is the same whenever it was built.

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # What one plock request costs each daemon, counted on the host the way TCG charges for it
-# (docs/BENCHMARKS.md, session 33): `vs_c` drives one daemon while callgrind counts
-# (`--dump-instr=yes --collect-jumps=yes`) a window of WINDOW seconds of it, then
-# `cg_request` prints, per request, the instructions run, the distinct ones, the calls and
-# the calls and jumps to another page, by object, and the functions with the most distinct
-# instructions. KIND is vs_c's kind (1 C's default mode, 2 C's ownership mode, 3 ours
-# C-compatible, 4 ours native) and CASE its case (0 own files, 1 one file, 2 contended,
-# 3 one process alone, the default). Needs valgrind; root (network namespaces).
+# (docs/BENCHMARKS.md, "What one request costs, counted"): `vs_c` drives one daemon
+# while callgrind counts (`--dump-instr=yes --collect-jumps=yes`) a window of WINDOW
+# seconds of it, then `cg_request` prints, per request, the instructions run, the distinct
+# ones, the calls and the calls and jumps to another page, by object, and the functions
+# with the most distinct instructions. KIND is vs_c's kind (1 C's default mode, 2 C's
+# ownership mode, 3 ours C-compatible, 4 ours native) and CASE its case (0 own files,
+# 1 one file, 2 contended, 3 one process alone, the default). Needs valgrind; root
+# (network namespaces).
 #   KIND=4 bash tests/prof/callgrind.sh            # ours, native, one process alone
 #   KIND=2 bash tests/prof/callgrind.sh            # C's ownership mode, the same
 # The profile stays in $OUT (default /tmp/dlm-prof) for other tools.

@@ -1,5 +1,11 @@
-//! `dlm-tests`: the fake kernel (library and `fake_kernel` binary); the multi-node
-//! simulator and the cluster tests arrive with the cluster issue.
+//! `dlm-tests`: what the daemon's tests and benches share. The fake kernel (library and
+//! `fake_kernel` binary: the configfs/sysfs tree, the misc devices as `SOCK_SEQPACKET`
+//! sockets, uevents, a record of every write); the LD_PRELOAD shims of `shim/`
+//! (`dlm_shim.c` runs Debian's C daemon on the fake kernel, [`build_shim`] and
+//! [`start_c_daemon`]; `cpg_pushback.c` makes corosync answer TRY_AGAIN on demand,
+//! [`build_c_shim`]); the daemon's guard and builders, network namespaces and the helpers
+//! the cluster tests share; and the benches' driver ([`closed_loop`], [`plock_port`]) and
+//! targets ([`targets`]). The benches' binaries are in `src/bin/` (docs/BENCHMARKS.md).
 
 pub mod closed_loop;
 pub mod fake_kernel;

@@ -120,7 +120,8 @@ const CLIENTS_BUDGET_US_MAX: u32 = 5000;
 const CLIENTS_BUDGET_US_MIN: u32 = 100;
 
 /// `plock_locks_max` when dlm.conf does not say: far above what a node's processes hold
-/// in practice (each lock costs every node's daemon about 70 bytes: docs/BENCHMARKS.md).
+/// in practice (each lock costs memory in every node's daemon: docs/BENCHMARKS.md,
+/// `locks_load`).
 pub const PLOCK_LOCKS_MAX_DEFAULT: u32 = 1_000_000;
 
 /// `plock_spin_us` when dlm.conf does not say: the longest window the reader may learn
@@ -132,9 +133,8 @@ const PLOCK_SPIN_US_MAX: u32 = 1000;
 
 /// `plock_native_sync_ms` when dlm.conf does not say: ten seconds. The timer only keeps the
 /// other nodes' gauges near the owner's (a dump asks every owner first), and each STATE
-/// costs corosync on every node: in two VMs a STATE a second per node took corosync from
-/// 6–9 to 17–24 µs per lock+unlock pair of a node's own file (docs/BENCHMARKS.md, session
-/// 36).
+/// costs corosync CPU on every node (docs/BENCHMARKS.md, "Settings chosen by
+/// measurement").
 pub const NATIVE_SYNC_MS_DEFAULT: u32 = 10_000;
 /// The longest `plock_native_sync_ms` accepted (an hour).
 const NATIVE_SYNC_MS_MAX: u32 = 3_600_000;

@@ -1,7 +1,7 @@
 //! A lockspace's shell shared by its task and the plock device's reader, so that the reader
 //! performs a request in place — decided, its reply written, its messages sent — instead of
-//! handing it to the task: one turn from read to reply, as C's loop has it (the hand-off,
-//! a channel and a task switch, took over a quarter of our instructions per request). The
+//! handing it to the task: one turn from read to reply, as C's loop has it (a hand-off
+//! costs a channel and a task switch per request). The
 //! reader has a thread of its own (`plock_device.rs`): a request decided locally never
 //! wakes the daemon's runtime. The task holds the lock for each step of its turn, never
 //! across a wait, and the reader for one request or one turn's end, so either waits for

@@ -1,6 +1,13 @@
 //! One lockspace's task: it owns the lockspace's group and its [`LsCore`], feeds the core
 //! group events, kernel requests and polls, and performs the core's actions (kernel writes,
 //! multicasts, replies to the plock device).
+//!
+//! A turn of its loop takes commands (queries, kernel requests) before group events, so
+//! none waits behind a stream of deliveries, and does bounded portions of work: queued
+//! events, messages handed to corosync, a state transfer's table, a plock dump's lines. The
+//! requests it is handed are one batch per turn, their replies written every
+//! [`REPLIES_EVERY`] requests. Native mode's STATEs go out every `plock_native_sync_ms`,
+//! and a plock dump waits for every owner's decisions first ([`Action::Fresh`]).
 
 use dlm_cpg::Event;
 use dlm_proto::LockspaceName;
@@ -47,7 +54,7 @@ use std::sync::atomic::Ordering;
 
 /// Lines of the plock dump made per portion (about 500 KiB of text): between portions the
 /// task serves plock requests and events, so a dump of 10⁶ locks never holds the table's
-/// task for the whole text (about 200 ms).
+/// task for the whole text.
 const DUMP_PORTION_LINES: usize = 8192;
 
 /// A plock dump taken in portions (C's `copy_plock_state` text; with `ages` each line ends

@@ -1,8 +1,13 @@
-//! The daemon's runtime: startup in the C daemon's order, then one tokio task per
-//! lockspace (it owns its group and its membership machine; nothing is shared) and a main
-//! task for uevents, the once-a-second retry and signals.
+//! The daemon's runtime: startup in the C daemon's order, then, on one current-thread
+//! tokio runtime, a main task (`main_task.rs`: uevents, the daemon group, the
+//! once-a-second retry, the main socket's commands, signals) and one task per lockspace
+//! (`lockspace.rs`: it owns its group and its `LsCore`, in a shell it shares with the plock
+//! device's reader, `direct.rs`). Other threads: the plock device's reader (`dlm_plock`,
+//! `plock_device.rs`), the local sockets (`dlm_clients`, and `dlm_conns` for long or late
+//! query connections), the tick and the watchdog's beat (`dlm_tick`, `ticks.rs`) and the
+//! log writer (`dlm_log`). docs/ARCHITECTURE.md, "Threads".
 //!
-//! Runs on corosync or on the embedded single-member group (see docs/ARCHITECTURE.md).
+//! Runs on corosync or on the embedded single-member group.
 
 mod admission;
 mod agent;
@@ -199,9 +204,8 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     // reader on a thread of its own that performs requests in place, plock_device::spawn;
     // the local sockets on another, main_task::spawn_clients): a lockspace's hand-offs
     // never cross threads, and a current-thread scheduler costs less per wake-up
-    // than one worker beside block_on's thread (docs/BENCHMARKS.md: 1.13x on the contended
-    // C-compatible row, 13.0 against 15.6 us of daemon CPU per op); a second worker took the
-    // CPU corosync needs (one worker was 1.2-1.4x two on the C-compatible rows)
+    // than one worker beside block_on's thread; a second worker takes the CPU corosync
+    // needs (docs/BENCHMARKS.md, "Settings chosen by measurement")
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

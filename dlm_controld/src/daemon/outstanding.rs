@@ -1,11 +1,11 @@
 //! The local requests a lockspace's task has taken and not yet answered: for the latency
 //! histogram, and so that each one gets a reply when the lockspace ends. Kept in a B-tree
 //! by the fields a reply echoes, oldest first among identical requests: no hashing per
-//! request (SipHash of the key was a quarter of the daemon's instructions per request), and
+//! request (SipHash of the key was a large share of a request's instructions), and
 //! a local user, who chooses those fields, cannot make its cost depend on collisions.
 //! The first few are kept in a short list before the tree: a lockspace's processes mostly
-//! have one request each outstanding, and a tree of one entry allocated and freed a node
-//! for every request (a tenth of the daemon's instructions per request).
+//! have one request each outstanding, and a tree of one entry would allocate and free a
+//! node for every request.
 
 use crate::clock::Stamp;
 use std::collections::btree_map::Entry;

@@ -3,6 +3,13 @@
 //! shell (`direct.rs`), so a process locking alone is answered without the daemon's
 //! runtime waking at all; requests it cannot perform in place go to their lockspace's task
 //! on the daemon's thread.
+//!
+//! It reads a few records at a time ([`READ_AT_ONCE`]), each performed and answered before
+//! the next read, up to [`READ_PER_WAKE`] per wake-up before it polls again, while
+//! `plock_rate_limit` and the backlog allow ([`DeviceGate`]). It routes requests through a
+//! copy of the registry of its own, taken again only when a lockspace comes or goes. After
+//! a wake-up that found requests it may read on instead of sleeping (`spin.rs`), and with
+//! one CPU it gives the CPU up once and looks again ([`Spinner::look`]).
 
 use std::collections::BTreeMap;
 use std::io;

@@ -1,7 +1,7 @@
 //! How the clients thread is scheduled. A `dlm_tool ls` connection wakes it on cores that
 //! plock work (and corosync, real-time) keeps busy; as an ordinary thread it waited for the
 //! running thread's slice to end, seen at the next tick of a kernel without preemption
-//! (p99 2.2 ms, up to 5 ms, under a storm on two cores). Under `SCHED_DEADLINE` it runs at
+//! (docs/BENCHMARKS.md, "Settings chosen by measurement"). Under `SCHED_DEADLINE` it runs at
 //! once, and the kernel keeps it within its budget (`clients_cpu_budget_us` of every
 //! [`PERIOD`]): a flood of queries from local users can take no more than that share of
 //! one CPU from plock work, less than an ordinary thread could. Where the kernel refuses

@@ -1,9 +1,9 @@
 //! The main loop's clocks — its one-second tick and the watchdog — kept on a thread of
 //! their own, which sends each when it is due. The daemon's thread then sleeps in its
 //! reactor with no timer pending, as C's loop polls with no timeout: a sleep with a
-//! timeout arms and cancels a high-resolution timer, ~1.1 µs here, twice per C-compatible
-//! request (docs/BENCHMARKS.md, session 29). The main loop still acts on each tick
-//! itself, so a loop that stops turning feeds no watchdog.
+//! timeout arms and cancels a high-resolution timer, twice per C-compatible request
+//! (docs/BENCHMARKS.md, "Settings chosen by measurement"). The main loop still acts on
+//! each tick itself, so a loop that stops turning feeds no watchdog.
 
 use std::time::{Duration, Instant};
 

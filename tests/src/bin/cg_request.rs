@@ -9,7 +9,8 @@
 //! Under TCG a request's price follows its distinct code (each translated block runs
 //! after every address-space switch has emptied the emulator's caches), a call or jump to
 //! another page (a lookup of the next block) and the pages it touches, not the instructions
-//! it repeats: docs/BENCHMARKS.md, session 33. This is that count on the host.
+//! it repeats (docs/BENCHMARKS.md, "What one request costs, counted"). This is that count
+//! on the host.
 
 use std::collections::HashMap;
 use std::process::ExitCode;

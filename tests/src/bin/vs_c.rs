@@ -212,8 +212,8 @@ const PROBED_OWNERS: u64 = 500;
 
 /// The same load driven again for [`probe_secs`] while the query prober runs: that run,
 /// and the `ls` columns' latencies. The rates come from the run before, without it: a
-/// query every 2 ms under `SCHED_FIFO` took up to a quarter of a daemon's rate (ours and
-/// C's alike, the ceiling's not at all, which has no query socket), and a monitor asks far
+/// query every 2 ms under `SCHED_FIFO` takes a share of a daemon's rate (ours and C's
+/// alike, the ceiling's not at all, which has no query socket), and a monitor asks far
 /// less often.
 fn probed(
     cs: &Corosync,
