@@ -74,7 +74,7 @@ fn plan(seed: u64, rng: &mut Rng, w: &mut World) -> Plan {
             state_max: 6,
             batch_max: 8,
             idle_ms: 3000,
-            transfer_first: 1,
+            transfer_first: usize::from(seed % 2 == 0), // 0 with a joiner of ours (seed % 6 == 3)
         };
     }
     w.deadlock = seed % 13 == 6;
@@ -207,6 +207,21 @@ fn live(w: &World) -> Vec<u32> {
         .collect()
 }
 
+/// A lock of file `number`, which no process used before, by a free process of a live
+/// member not in `not` (native mode claims the file for its node).
+fn claim(w: &mut World, rng: &mut Rng, not: &[u32], number: u64) -> Option<Step> {
+    let others: Vec<u32> = live(w)
+        .into_iter()
+        .filter(|n| !not.contains(n) && !w.peer(*n).core.needs_plocks())
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    let n = others[usize::try_from(rng.next(others.len() as u64)).unwrap_or(0)];
+    let proc = (95..100).find(|&o| w.peer(n).procs.blocked(u64::from(n) * 10 + o).is_none())?;
+    Some(w.ask(n, proc, PlockOp::LOCK, true, false, number, (0, 3)))
+}
+
 /// A fault that keeps a majority of the cluster in the lockspace, or none.
 fn fault(w: &mut World, rng: &mut Rng, plan: &Plan) -> Option<Step> {
     let live = live(w);
@@ -276,10 +291,49 @@ fn run(seed: u64) {
     let mut faults = plan.faults;
     let mut fault_in: Option<u64> = None;
     let mut probing: Option<Probe> = None;
+    // steps left to wait for a transfer to start, to claim a file while it runs
+    let mut fresh: Option<u64> = None;
+    // the claimant and its file: once its claim is answered (the sender holds it), the
+    // joiner fails while the transfer runs (within so many steps, or not at all)
+    let mut interrupt: Option<(u32, u64, u64)> = None;
     for t in 0..u64::from(plan.steps) {
         if t == late_at {
             if let Some(kind) = plan.late.filter(|_| !w.peers.contains_key(&plan.nodes)) {
                 w.step(&Step::Join(plan.nodes, kind));
+                // now and then, while the table is sent: a member claims a fresh file, and a
+                // fault soon after (an interrupted transfer)
+                if faults > 0 && rng.next(2) == 0 {
+                    fresh = Some(40);
+                }
+            }
+        }
+        if let Some(k) = fresh {
+            fresh = k.checked_sub(1);
+            let sender = w.peers.values().find(|p| p.core.sending()).map(|p| p.id);
+            if let Some(x) = sender {
+                fresh = None;
+                if let Some(s) = claim(&mut w, &mut rng, &[x, plan.nodes], 100 + t) {
+                    if let Step::Ask(n, _, _) = s {
+                        interrupt = Some((n, 100 + t, 60));
+                    }
+                    w.step(&s);
+                }
+            }
+        }
+        if let Some((n, number, k)) = interrupt {
+            interrupt = k.checked_sub(1).map(|k| (n, number, k));
+            let answered = !w
+                .peer(n)
+                .procs
+                .unanswered()
+                .any(|p| p.info.number == number);
+            let sending = w.peers.values().any(|p| p.core.sending());
+            if answered && faults > 0 && w.peer(plan.nodes).pid.is_some() {
+                interrupt = None;
+                if sending {
+                    faults -= 1;
+                    w.step(&Step::Crash(plan.nodes));
+                }
             }
         }
         let soon = fault_in.is_some_and(|k| k == 0);
