@@ -1,5 +1,6 @@
-//! A CPG configuration change as the cores take it: node ids in CPG order, and why each
-//! node that left did (the typed CPG reason, never its raw number).
+//! A CPG configuration change as the cores take it: node ids in CPG order, their daemons'
+//! process ids, and why each node that left did (the typed CPG reason, never its raw
+//! number).
 
 use dlm_cpg::{Member, Reason};
 
@@ -8,6 +9,9 @@ use dlm_cpg::{Member, Reason};
 pub struct Confchg {
     /// The members after the change.
     pub members: Vec<u32>,
+    /// The members' process ids, in the same order (empty when not known): a daemon that
+    /// restarted on a node is another process of the same node.
+    pub pids: Vec<u32>,
     /// The nodes that left, and why.
     pub left: Vec<(u32, Reason)>,
     /// The nodes that joined.
@@ -19,16 +23,18 @@ impl Confchg {
     pub fn new(members: &[u32], left: &[(u32, Reason)], joined: &[u32]) -> Self {
         Self {
             members: members.to_vec(),
+            pids: Vec::new(),
             left: left.to_vec(),
             joined: joined.to_vec(),
         }
     }
 
-    /// From corosync's member lists (process ids dropped: one daemon per node).
+    /// From corosync's member lists.
     pub fn of(members: &[Member], left: &[Member], joined: &[Member]) -> Self {
         let ids = |l: &[Member]| l.iter().map(|m| m.nodeid).collect();
         Self {
             members: ids(members),
+            pids: members.iter().map(|m| m.pid).collect(),
             left: left.iter().map(|m| (m.nodeid, m.reason)).collect(),
             joined: ids(joined),
         }

@@ -120,6 +120,8 @@ impl FenceView for NoFencing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Memb {
     nodeid: u32,
+    /// Its daemon's CPG process id in this change (0: not known).
+    pid: u32,
     start: bool,
     added: bool,
     failed: bool,
@@ -145,6 +147,19 @@ struct Change {
     state: State,
     create_time: u64,
     combined_seq: u32,
+}
+
+/// The START's process ids, where it carries them (a daemon of ours), are those of the
+/// change's members wherever we know them: a START is for one confchg, which names the
+/// same processes on every member.
+fn same_processes(cg: &Change, body: &StartBody) -> bool {
+    body.members.iter().zip(&body.pids).all(|(&m, &pid)| {
+        let known = u32::try_from(m)
+            .ok()
+            .and_then(|m| cg.memb(m))
+            .map_or(0, |m| m.pid);
+        known == 0 || pid == 0 || known == pid
+    })
 }
 
 impl Change {
@@ -420,6 +435,9 @@ impl Membership {
         }
         // add_change
         let mut cg = self.new_change(env, members, left, joined);
+        for (m, &pid) in cg.members.iter_mut().zip(&cc.pids) {
+            m.pid = pid;
+        }
         self.change_removed(env, &mut cg, left, &mut fx);
         self.change_joined(&mut cg, members, joined);
         tracing::debug!(
@@ -697,6 +715,12 @@ impl Membership {
             {
                 continue;
             }
+            if !same_processes(cg, body) {
+                // a START for a change of the same nodes with another daemon on one of
+                // them: sent before that daemon restarted and joined (C, which knows only
+                // nodeids, takes it for the new change: a joiner then starts early)
+                continue;
+            }
             if cg.seq == 1 && change_seq == 1 && flags & HeaderFlags::NACK != 0 {
                 continue;
             }
@@ -774,6 +798,12 @@ impl Membership {
                 .iter()
                 .map(|m| i32::try_from(m.nodeid).unwrap_or(0))
                 .collect(),
+            // C steps over them; a change whose process ids we do not all know sends none
+            pids: if cg.members.iter().all(|m| m.pid != 0) {
+                cg.members.iter().map(|m| m.pid).collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 

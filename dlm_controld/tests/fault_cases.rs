@@ -136,3 +136,38 @@ fn a_rejoined_node_starts_only_changes_since_its_join() {
     assert!(w.quiet(), "{}", w.unquiet());
     w.check_quiet();
 }
+
+/// Node 2's START for node 3's join goes out late: after node 1 failed, was fenced, and
+/// its daemon joined again. The new daemon does not take that START, whose member list
+/// has the same nodes and counts as its own change, for a START of its change: it waits
+/// for node 2's START for the change that added it. (It took it: its change started
+/// before the data node's, it saved requests the data node's table already held, and
+/// its table held node 2's lock twice; C, which names members by nodeid only, takes it
+/// too.)
+#[test]
+fn a_start_from_before_a_daemon_restarted_is_not_for_its_change() {
+    let mut w = cluster(2);
+    let held = w.ask(2, 1, PlockOp::LOCK, true, false, 0, (0, 9));
+    w.step(&held);
+    w.settle();
+    w.fencing = true;
+    w.configured = 3;
+    w.step(&Step::Join(3, Kind::Ours));
+    run_but(&mut w, |s| matches!(s, Step::Order(2)));
+    w.step(&Step::Crash(1));
+    run_but(&mut w, |s| matches!(s, Step::Order(2)));
+    assert!(w.can_fence());
+    w.step(&Step::Fence(1));
+    w.step(&Step::Join(1, Kind::Ours));
+    // node 2's process waits for another's lock while its START for node 3's join waits
+    // for the bus (before node 2 sees node 1's join: its START for that change goes after)
+    let lock = w.ask(2, 0, PlockOp::LOCK, true, true, 0, (0, 9));
+    w.step(&lock);
+    // that START reaches the bus, then the STARTs of nodes 1 and 3 for node 1's join, then
+    // node 2's lock and its START for node 1's join
+    w.step(&Step::Order(2));
+    run_but(&mut w, |s| matches!(s, Step::Order(2)));
+    w.settle();
+    assert!(w.quiet(), "{}", w.unquiet());
+    w.check_quiet();
+}

@@ -64,6 +64,43 @@ const START_FOO_2: [u8; 80] = hex!(
     "01000000 01000000"
 );
 
+/// The same START from a daemon of ours: 8-byte entries, each member's CPG process id
+/// after its nodeid (4321 and 8765); C steps through entries by `id_info_size` and reads
+/// the nodeids only.
+const START_FOO_2_PIDS: [u8; 88] = hex!(
+    "03000100 01000200 01000000 00000000 9d33e26c 02000000 02000000 00000000 00000000 00000000"
+    "20000000 08000000 02000000 01000000 02000000 01000000 00000000 00000000"
+    "01000000 e1100000 01000000 3d220000"
+);
+
+#[test]
+fn start_with_process_ids() {
+    let header = DlmHeader {
+        global_id: global_id(&foo()),
+        flags: HeaderFlags(HeaderFlags::HAVEPLOCK),
+        msgdata: 2,
+        ..DlmHeader::new(Version3([3, 1, 1]), MsgType::START, 1)
+    };
+    let change = Change {
+        started_count: 1,
+        member_count: 2,
+        joined_count: 1,
+        remove_count: 0,
+        failed_count: 0,
+        members: vec![1, 1],
+        pids: vec![4321, 8765],
+    };
+    assert_eq!(change.encode(&header), START_FOO_2_PIDS);
+    let m = Message::decode(&START_FOO_2_PIDS).expect("decodes");
+    assert_eq!(m.body, Body::Start(change.clone()));
+    // a process id short of a member sends C's form
+    let partial = Change {
+        pids: vec![4321],
+        ..change
+    };
+    assert_eq!(partial.encode(&header), START_FOO_2);
+}
+
 #[test]
 fn start_observed() {
     let header = DlmHeader {
@@ -79,6 +116,7 @@ fn start_observed() {
         remove_count: 0,
         failed_count: 0,
         members: vec![1, 1],
+        pids: Vec::new(),
     };
     assert_eq!(change.encode(&header), START_FOO_2);
     let m = Message::decode(&START_FOO_2).expect("decodes");

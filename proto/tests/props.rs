@@ -103,15 +103,22 @@ fn change() -> impl Strategy<Value = Change> {
     (
         any::<u32>(),
         any::<[i32; 4]>(),
-        proptest::collection::vec(any::<i32>(), 0..=128),
+        proptest::collection::vec(any::<(i32, u32)>(), 0..=128),
+        any::<bool>(),
     )
-        .prop_map(|(started_count, c, members)| Change {
+        .prop_map(|(started_count, c, ids, pids)| Change {
             started_count,
             member_count: c[0],
             joined_count: c[1],
             remove_count: c[2],
             failed_count: c[3],
-            members,
+            members: ids.iter().map(|i| i.0).collect(),
+            // with a process id for every member (ours), or none (C's 4-byte entries)
+            pids: if pids && !ids.is_empty() {
+                ids.iter().map(|i| i.1).collect()
+            } else {
+                Vec::new()
+            },
         })
 }
 

@@ -1,5 +1,8 @@
 //! START (type 2) and PLOCKS_DONE (type 8): `struct ls_info` (32 bytes) followed by
 //! `id_info_count` entries of `id_info_size` bytes, each starting with a member nodeid.
+//! This project's START uses C's room for larger entries: 8 bytes, the member's CPG
+//! process id after its nodeid (C steps over it), so a START sent for a change before a
+//! node's daemon restarted cannot be taken for one with the new daemon.
 
 use zerocopy::little_endian::{I32, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -49,7 +52,13 @@ pub struct Change {
     pub failed_count: i32,
     /// Member nodeids, in the sender's order.
     pub members: Vec<i32>,
+    /// The members' CPG process ids, in the same order, when the entries carry them
+    /// (id_info_size 8 or more: a daemon of ours); empty otherwise (C sends 4).
+    pub pids: Vec<u32>,
 }
+
+/// The entry size of this project's START: nodeid, then CPG process id.
+pub const ID_INFO_SIZE_PIDS: u32 = 8;
 
 impl Change {
     /// Decodes the payload after the header. Steps through ids with the received
@@ -84,11 +93,18 @@ impl Change {
                 got: HEADER_SIZE + payload.len(),
             });
         }
-        let members = ids
-            .chunks_exact(size as usize)
-            .take(count as usize)
+        let entries = ids.chunks_exact(size as usize).take(count as usize);
+        let members = entries
+            .clone()
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
+        let pids = if size >= ID_INFO_SIZE_PIDS {
+            entries
+                .map(|c| u32::from_le_bytes([c[4], c[5], c[6], c[7]]))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Self {
             started_count: raw.started_count.get(),
             member_count: raw.member_count.get(),
@@ -96,15 +112,19 @@ impl Change {
             remove_count: raw.remove_count.get(),
             failed_count: raw.failed_count.get(),
             members,
+            pids,
         })
     }
 
-    /// Encodes header + body as C's `send_info()` builds them (id_info_size 4).
+    /// Encodes header + body as C's `send_info()` builds them: id_info_size 4, or 8 with
+    /// the process ids when there is one for every member.
     pub fn encode(&self, header: &DlmHeader) -> Vec<u8> {
         let count = u32::try_from(self.members.len()).unwrap_or(u32::MAX);
+        let pids = !self.members.is_empty() && self.pids.len() == self.members.len();
+        let size = if pids { ID_INFO_SIZE_PIDS } else { 4 };
         let raw = RawLsInfo {
             ls_info_size: U32::new(32),
-            id_info_size: U32::new(4),
+            id_info_size: U32::new(size),
             id_info_count: U32::new(count),
             started_count: U32::new(self.started_count),
             member_count: I32::new(self.member_count),
@@ -112,11 +132,15 @@ impl Change {
             remove_count: I32::new(self.remove_count),
             failed_count: I32::new(self.failed_count),
         };
-        let mut out = Vec::with_capacity(HEADER_SIZE + LS_INFO_SIZE + 4 * self.members.len());
+        let mut out =
+            Vec::with_capacity(HEADER_SIZE + LS_INFO_SIZE + size as usize * self.members.len());
         out.extend_from_slice(&header.encode());
         out.extend_from_slice(raw.as_bytes());
-        for m in &self.members {
+        for (i, m) in self.members.iter().enumerate() {
             out.extend_from_slice(&m.to_le_bytes());
+            if pids {
+                out.extend_from_slice(&self.pids.get(i).copied().unwrap_or(0).to_le_bytes());
+            }
         }
         out
     }
