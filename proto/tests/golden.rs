@@ -73,8 +73,8 @@ const START_FOO_2_PIDS: [u8; 88] = hex!(
     "01000000 e1100000 01000000 3d220000"
 );
 
-#[test]
-fn start_with_process_ids() {
+/// The header and change of the observed START, with `pids`.
+fn start_foo_2(pids: Vec<u32>) -> (DlmHeader, Change) {
     let header = DlmHeader {
         global_id: global_id(&foo()),
         flags: HeaderFlags(HeaderFlags::HAVEPLOCK),
@@ -88,36 +88,25 @@ fn start_with_process_ids() {
         remove_count: 0,
         failed_count: 0,
         members: vec![1, 1],
-        pids: vec![4321, 8765],
+        pids,
     };
+    (header, change)
+}
+
+#[test]
+fn start_with_process_ids() {
+    let (header, change) = start_foo_2(vec![4321, 8765]);
     assert_eq!(change.encode(&header), START_FOO_2_PIDS);
     let m = Message::decode(&START_FOO_2_PIDS).expect("decodes");
-    assert_eq!(m.body, Body::Start(change.clone()));
+    assert_eq!(m.body, Body::Start(change));
     // a process id short of a member sends C's form
-    let partial = Change {
-        pids: vec![4321],
-        ..change
-    };
+    let (header, partial) = start_foo_2(vec![4321]);
     assert_eq!(partial.encode(&header), START_FOO_2);
 }
 
 #[test]
 fn start_observed() {
-    let header = DlmHeader {
-        global_id: global_id(&foo()),
-        flags: HeaderFlags(HeaderFlags::HAVEPLOCK),
-        msgdata: 2,
-        ..DlmHeader::new(Version3([3, 1, 1]), MsgType::START, 1)
-    };
-    let change = Change {
-        started_count: 1,
-        member_count: 2,
-        joined_count: 1,
-        remove_count: 0,
-        failed_count: 0,
-        members: vec![1, 1],
-        pids: Vec::new(),
-    };
+    let (header, change) = start_foo_2(Vec::new());
     assert_eq!(change.encode(&header), START_FOO_2);
     let m = Message::decode(&START_FOO_2).expect("decodes");
     assert_eq!(m.header, header);
