@@ -268,7 +268,7 @@ impl LsCore {
             our,
             embedded,
             seed,
-            mem: Membership::joining(our),
+            mem: Membership::joining_as(our, nonce_of(seed)),
             ring: 0,
             plocks: PlockTable::new(our, gid, seed),
             need_plocks: true,
@@ -1641,6 +1641,16 @@ impl LsCore {
 
 /// A HELD entry's lock or waiter; its `rv` is its age in seconds (0 from a daemon of ours
 /// that predates ages, which fills no field it does not know).
+/// Our nonce for this time in the lockspace, from the seed the caller drew for it
+/// (splitmix64's finalizer: every bit of the seed moves the nonce).
+fn nonce_of(seed: u64) -> u32 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    let [a, b, c, d, ..] = (z ^ (z >> 31)).to_le_bytes();
+    u32::from_le_bytes([a, b, c, d])
+}
+
 fn held_of(info: &PlockInfo, candidate: bool) -> dlm_plock::Held {
     dlm_plock::Held {
         age_ms: u64::try_from(info.rv).unwrap_or(0) * 1000,

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use dlm_cpg::Reason;
 use dlm_proto::query::WaitCondition;
-use dlm_proto::wire::{Change as StartBody, HeaderFlags};
+use dlm_proto::wire::{Change as StartBody, HeaderFlags, Incarnation};
 
 use crate::confchg::Confchg;
 use crate::log::PLOCK_DEBUG_TARGET;
@@ -149,17 +149,21 @@ struct Change {
     combined_seq: u32,
 }
 
-/// The START's process ids, where it carries them (a daemon of ours), are those of the
-/// change's members wherever we know them: a START is for one confchg, which names the
-/// same processes on every member.
-fn same_processes(cg: &Change, body: &StartBody) -> bool {
-    body.members.iter().zip(&body.pids).all(|(&m, &pid)| {
-        let known = u32::try_from(m)
-            .ok()
-            .and_then(|m| cg.memb(m))
-            .map_or(0, |m| m.pid);
-        known == 0 || pid == 0 || known == pid
-    })
+/// The START's incarnations, where it carries them (a daemon of ours), are those of the
+/// change: each member's process id is the one the change names wherever both sides know
+/// it (a START is for one confchg, which names the same processes on every member), and
+/// the sender knows us by our nonce or not at all (it saw us leave or join since it knew
+/// another).
+fn same_incarnations(cg: &Change, body: &StartBody, our: u32, nonce: u32) -> bool {
+    body.members
+        .iter()
+        .zip(&body.incarnations)
+        .all(|(&m, inc)| {
+            let m = u32::try_from(m).unwrap_or(0);
+            let known = cg.memb(m).map_or(0, |m| m.pid);
+            let pid = known == 0 || inc.pid == 0 || known == inc.pid;
+            pid && (m != our || inc.nonce == 0 || inc.nonce == nonce)
+        })
 }
 
 impl Change {
@@ -234,6 +238,10 @@ pub struct Membership {
     c_peers_cancel: bool,
     /// START flags we leave out (the simulations play a daemon of ours that predates them).
     withheld: u32,
+    /// The number we drew for this time in the lockspace (never 0), in our START's entry.
+    nonce: u32,
+    /// The other members' nonces, from their STARTs, for their current time.
+    nonces: BTreeMap<u32, u32>,
     /// The data node of the last `prepare_plocks` (C's `plock_data_node`; 0 before).
     plock_data_node: u32,
     need_plocks: bool,
@@ -260,10 +268,21 @@ impl Membership {
             deadlock: false,
             c_peers_cancel: false,
             withheld: 0,
+            nonce: 1,
+            nonces: BTreeMap::new(),
             plock_data_node: 0,
             cpg_ring_seq: 0,
             ring_wait: false,
             wait: WaitCondition::None,
+        }
+    }
+
+    /// [`Self::joining`], with the nonce the caller drew for this time in the lockspace
+    /// (0 counts as 1).
+    pub fn joining_as(our_nodeid: u32, nonce: u32) -> Self {
+        Self {
+            nonce: nonce.max(1),
+            ..Self::joining(our_nodeid)
         }
     }
 
@@ -437,6 +456,10 @@ impl Membership {
         let mut cg = self.new_change(env, members, left, joined);
         for (m, &pid) in cg.members.iter_mut().zip(&cc.pids) {
             m.pid = pid;
+        }
+        // a node that leaves or joins starts a time we know no nonce of
+        for n in cc.joined.iter().chain(left.iter().map(|(n, _)| n)) {
+            self.nonces.remove(n);
         }
         self.change_removed(env, &mut cg, left, &mut fx);
         self.change_joined(&mut cg, members, joined);
@@ -628,6 +651,15 @@ impl Membership {
                 .iter()
                 .any(|c| c.memb(from).is_some_and(|m| m.added));
             let ours = self.started_count;
+            let theirs = body
+                .members
+                .iter()
+                .zip(&body.incarnations)
+                .find(|(m, _)| u32::try_from(**m).ok() == Some(from))
+                .map_or(0, |(_, inc)| inc.nonce);
+            if theirs != 0 {
+                self.nonces.insert(from, theirs);
+            }
             let cg = &mut self.changes[i];
             if let Some(m) = cg.memb_mut(from) {
                 m.start_flags = flags;
@@ -715,10 +747,11 @@ impl Membership {
             {
                 continue;
             }
-            if !same_processes(cg, body) {
-                // a START for a change of the same nodes with another daemon on one of
-                // them: sent before that daemon restarted and joined (C, which knows only
-                // nodeids, takes it for the new change: a joiner then starts early)
+            if !same_incarnations(cg, body, self.our, self.nonce) {
+                // a START for a change of the same nodes with another time of one of them
+                // in the lockspace: sent before that node's daemon restarted, or left and
+                // joined again (C, which knows only nodeids, takes it for the new change:
+                // a joiner then starts early)
                 continue;
             }
             if cg.seq == 1 && change_seq == 1 && flags & HeaderFlags::NACK != 0 {
@@ -799,8 +832,18 @@ impl Membership {
                 .map(|m| i32::try_from(m.nodeid).unwrap_or(0))
                 .collect(),
             // C steps over them; a change whose process ids we do not all know sends none
-            pids: if cg.members.iter().all(|m| m.pid != 0) {
-                cg.members.iter().map(|m| m.pid).collect()
+            incarnations: if cg.members.iter().all(|m| m.pid != 0) {
+                cg.members
+                    .iter()
+                    .map(|m| Incarnation {
+                        pid: m.pid,
+                        nonce: if m.nodeid == self.our {
+                            self.nonce
+                        } else {
+                            self.nonces.get(&m.nodeid).copied().unwrap_or(0)
+                        },
+                    })
+                    .collect()
             } else {
                 Vec::new()
             },

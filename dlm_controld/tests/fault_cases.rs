@@ -171,3 +171,29 @@ fn a_start_from_before_a_daemon_restarted_is_not_for_its_change() {
     assert!(w.quiet(), "{}", w.unquiet());
     w.check_quiet();
 }
+
+/// The same with node 1 leaving cleanly and its daemon, the same process, joining again:
+/// the member list names the same processes as before, and node 2's START for node 3's
+/// join still knows node 1 by the nonce of its first time, which node 1 has not now.
+/// (With process ids alone it took that START for its change, as above.)
+#[test]
+fn a_start_from_before_a_daemon_left_and_joined_again_is_not_for_its_change() {
+    let mut w = cluster(2);
+    let held = w.ask(2, 1, PlockOp::LOCK, true, false, 0, (0, 9));
+    w.step(&held);
+    w.settle();
+    w.configured = 3;
+    w.step(&Step::Join(3, Kind::Ours));
+    run_but(&mut w, |s| matches!(s, Step::Order(2)));
+    w.step(&Step::Leave(1));
+    run_but(&mut w, |s| matches!(s, Step::Order(2)));
+    w.step(&Step::Join(1, Kind::Ours));
+    assert_eq!(w.peer(1).pid, Some(w.peer(1).daemon), "the same process");
+    let lock = w.ask(2, 0, PlockOp::LOCK, true, true, 0, (0, 9));
+    w.step(&lock);
+    w.step(&Step::Order(2));
+    run_but(&mut w, |s| matches!(s, Step::Order(2)));
+    w.settle();
+    assert!(w.quiet(), "{}", w.unquiet());
+    w.check_quiet();
+}

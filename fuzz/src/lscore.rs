@@ -133,7 +133,7 @@ pub fn run(bytes: &[u8]) {
                     remove_count: i32::from(r[5] % 3),
                     failed_count: i32::from(r[6] % 2),
                     members: members.iter().map(|&n| n as i32).collect(),
-                    pids: Vec::new(),
+                    incarnations: Vec::new(),
                 };
                 // native mode too, when the other member offers it (and SYNC, or not)
                 let native = match (r[2] & 0x8 != 0, r[5] & 0x40 != 0) {
@@ -196,7 +196,7 @@ pub fn run(bytes: &[u8]) {
                     remove_count: 0,
                     failed_count: 0,
                     members: members.iter().map(|&n| n as i32).collect(),
-                    pids: Vec::new(),
+                    incarnations: Vec::new(),
                 };
                 let mut h = header(
                     MsgType::PLOCKS_DONE,

@@ -8,8 +8,8 @@ use dlm_proto::query::{
     Command, DlmcHeader, NodesKind, Request, RunStartFlags, StateRecord, StateType,
 };
 use dlm_proto::wire::{
-    Body, Change, DlmHeader, FenceFlags, FenceResult, HeaderFlags, Message, MsgType, Protocol,
-    ProtocolVersion, RunInfo, RunRequest, Version3, encode_plock_msg, global_id,
+    Body, Change, DlmHeader, FenceFlags, FenceResult, HeaderFlags, Incarnation, Message, MsgType,
+    Protocol, ProtocolVersion, RunInfo, RunRequest, Version3, encode_plock_msg, global_id,
 };
 use hex_literal::hex;
 
@@ -64,17 +64,17 @@ const START_FOO_2: [u8; 80] = hex!(
     "01000000 01000000"
 );
 
-/// The same START from a daemon of ours: 8-byte entries, each member's CPG process id
-/// after its nodeid (4321 and 8765); C steps through entries by `id_info_size` and reads
-/// the nodeids only.
-const START_FOO_2_PIDS: [u8; 88] = hex!(
+/// The same START from a daemon of ours: 12-byte entries, each member's CPG process id
+/// and nonce after its nodeid (4321 with nonce 0xabcdef01, 8765 with none known); C steps
+/// through entries by `id_info_size` and reads the nodeids only.
+const START_FOO_2_OURS: [u8; 96] = hex!(
     "03000100 01000200 01000000 00000000 9d33e26c 02000000 02000000 00000000 00000000 00000000"
-    "20000000 08000000 02000000 01000000 02000000 01000000 00000000 00000000"
-    "01000000 e1100000 01000000 3d220000"
+    "20000000 0c000000 02000000 01000000 02000000 01000000 00000000 00000000"
+    "01000000 e1100000 01efcdab 01000000 3d220000 00000000"
 );
 
-/// The header and change of the observed START, with `pids`.
-fn start_foo_2(pids: Vec<u32>) -> (DlmHeader, Change) {
+/// The header and change of the observed START, with `incarnations`.
+fn start_foo_2(incarnations: Vec<Incarnation>) -> (DlmHeader, Change) {
     let header = DlmHeader {
         global_id: global_id(&foo()),
         flags: HeaderFlags(HeaderFlags::HAVEPLOCK),
@@ -88,19 +88,27 @@ fn start_foo_2(pids: Vec<u32>) -> (DlmHeader, Change) {
         remove_count: 0,
         failed_count: 0,
         members: vec![1, 1],
-        pids,
+        incarnations,
     };
     (header, change)
 }
 
 #[test]
-fn start_with_process_ids() {
-    let (header, change) = start_foo_2(vec![4321, 8765]);
-    assert_eq!(change.encode(&header), START_FOO_2_PIDS);
-    let m = Message::decode(&START_FOO_2_PIDS).expect("decodes");
+fn start_with_incarnations() {
+    let first = Incarnation {
+        pid: 4321,
+        nonce: 0xabcd_ef01,
+    };
+    let second = Incarnation {
+        pid: 8765,
+        nonce: 0,
+    };
+    let (header, change) = start_foo_2(vec![first, second]);
+    assert_eq!(change.encode(&header), START_FOO_2_OURS);
+    let m = Message::decode(&START_FOO_2_OURS).expect("decodes");
     assert_eq!(m.body, Body::Start(change));
-    // a process id short of a member sends C's form
-    let (header, partial) = start_foo_2(vec![4321]);
+    // an incarnation short of a member sends C's form
+    let (header, partial) = start_foo_2(vec![first]);
     assert_eq!(partial.encode(&header), START_FOO_2);
 }
 

@@ -10,9 +10,9 @@ use dlm_proto::query::{
     NodesKind, Request, RunCheckFlags, RunStartFlags, StateRecord, StateType, WaitCondition,
 };
 use dlm_proto::wire::{
-    Body, Change, DlmHeader, FenceFlags, FenceResult, HeaderFlags, Message, MsgType, PlockData,
-    PlocksData, PlocksDataWriter, Protocol, ProtocolVersion, ResourceData, RunInfo, RunReply,
-    RunRequest, Version3, encode_plock_msg,
+    Body, Change, DlmHeader, FenceFlags, FenceResult, HeaderFlags, Incarnation, Message, MsgType,
+    PlockData, PlocksData, PlocksDataWriter, Protocol, ProtocolVersion, ResourceData, RunInfo,
+    RunReply, RunRequest, Version3, encode_plock_msg,
 };
 use proptest::prelude::*;
 
@@ -103,19 +103,24 @@ fn change() -> impl Strategy<Value = Change> {
     (
         any::<u32>(),
         any::<[i32; 4]>(),
-        proptest::collection::vec(any::<(i32, u32)>(), 0..=128),
+        proptest::collection::vec(any::<(i32, u32, u32)>(), 0..=128),
         any::<bool>(),
     )
-        .prop_map(|(started_count, c, ids, pids)| Change {
+        .prop_map(|(started_count, c, ids, ours)| Change {
             started_count,
             member_count: c[0],
             joined_count: c[1],
             remove_count: c[2],
             failed_count: c[3],
             members: ids.iter().map(|i| i.0).collect(),
-            // with a process id for every member (ours), or none (C's 4-byte entries)
-            pids: if pids && !ids.is_empty() {
-                ids.iter().map(|i| i.1).collect()
+            // with an incarnation for every member (ours), or none (C's 4-byte entries)
+            incarnations: if ours && !ids.is_empty() {
+                ids.iter()
+                    .map(|i| Incarnation {
+                        pid: i.1,
+                        nonce: i.2,
+                    })
+                    .collect()
             } else {
                 Vec::new()
             },

@@ -44,6 +44,8 @@ pub(crate) struct Peer {
     pub(crate) core: LsCore,
     /// Its process id in the lockspace's group while it is a member.
     pub(crate) pid: Option<u32>,
+    /// Its daemon's process id (a clean leave keeps it for the next join).
+    pub(crate) daemon: u32,
     /// The side of a partition it is on (0 when whole).
     pub(crate) side: u32,
     /// Delivered, not yet handled.
@@ -110,6 +112,8 @@ pub(crate) struct World {
     pub(crate) unfenced: BTreeSet<u32>,
     ring: u64,
     next_pid: u32,
+    /// Lockspace joins so far (each draws its own seed).
+    joins: u32,
     /// The last request serial given out.
     pub(crate) serial: u32,
     pub(crate) limits: Limits,
@@ -168,6 +172,7 @@ impl World {
             unfenced: BTreeSet::new(),
             ring: 1,
             next_pid: 100,
+            joins: 0,
             serial: 0,
             limits: Limits::default(),
             deadlock: false,
@@ -506,20 +511,31 @@ impl World {
             self.clock_ms += 1000;
             self.fence.cluster_add.insert(n, self.clock_ms / 1000);
         }
+        // a daemon that left joins again as the same process; one that failed is another
+        let pid = match self.peers.get(&n) {
+            Some(p) if p.left && !p.crashed => Some(p.daemon),
+            _ => None,
+        };
+        let pid = pid.unwrap_or_else(|| {
+            self.next_pid += 1;
+            self.next_pid
+        });
+        self.joins += 1;
         let name = LockspaceName::new(NAME).expect("name");
-        let mut core = LsCore::new(name, n, true, u64::from(n) << 17);
+        let seed = u64::from(n) << 17 | u64::from(self.joins) << 40;
+        let mut core = LsCore::new(name, n, true, seed);
         core.set_native(kind != Kind::Plain);
         if kind == Kind::Older {
             core.withhold_start_flags(HeaderFlags::NATIVE2 | HeaderFlags::NATIVE_SYNC);
         }
         core.set_native_limits(self.limits);
         core.set_deadlock_detect(self.deadlock);
-        self.next_pid += 1;
         let mut peer = Peer {
             id: n,
             kind,
             core,
-            pid: Some(self.next_pid),
+            pid: Some(pid),
+            daemon: pid,
             side: 0,
             inbox: VecDeque::new(),
             outbox: VecDeque::new(),

@@ -1,8 +1,8 @@
 //! START (type 2) and PLOCKS_DONE (type 8): `struct ls_info` (32 bytes) followed by
 //! `id_info_count` entries of `id_info_size` bytes, each starting with a member nodeid.
-//! This project's START uses C's room for larger entries: 8 bytes, the member's CPG
-//! process id after its nodeid (C steps over it), so a START sent for a change before a
-//! node's daemon restarted cannot be taken for one with the new daemon.
+//! This project's START uses C's room for larger entries: 12 bytes, the member's
+//! incarnation after its nodeid (C steps over it), so a START sent for a change before a
+//! node's daemon restarted or joined again cannot be taken for one of its new time.
 
 use zerocopy::little_endian::{I32, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -52,13 +52,22 @@ pub struct Change {
     pub failed_count: i32,
     /// Member nodeids, in the sender's order.
     pub members: Vec<i32>,
-    /// The members' CPG process ids, in the same order, when the entries carry them
-    /// (id_info_size 8 or more: a daemon of ours); empty otherwise (C sends 4).
-    pub pids: Vec<u32>,
+    /// The members' incarnations, in the same order, when the entries carry them
+    /// (id_info_size 12 or more: a daemon of ours); empty otherwise (C sends 4).
+    pub incarnations: Vec<Incarnation>,
 }
 
-/// The entry size of this project's START: nodeid, then CPG process id.
-pub const ID_INFO_SIZE_PIDS: u32 = 8;
+/// A member's time in the lockspace as our START names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Incarnation {
+    /// Its daemon's CPG process id.
+    pub pid: u32,
+    /// The number its daemon drew when it joined, as the sender knows it (0: not yet).
+    pub nonce: u32,
+}
+
+/// The entry size of this project's START: nodeid, CPG process id, nonce.
+pub const ID_INFO_SIZE_OURS: u32 = 12;
 
 impl Change {
     /// Decodes the payload after the header. Steps through ids with the received
@@ -98,9 +107,13 @@ impl Change {
             .clone()
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        let pids = if size >= ID_INFO_SIZE_PIDS {
+        let word = |c: &[u8], i: usize| u32::from_le_bytes([c[i], c[i + 1], c[i + 2], c[i + 3]]);
+        let incarnations = if size >= ID_INFO_SIZE_OURS {
             entries
-                .map(|c| u32::from_le_bytes([c[4], c[5], c[6], c[7]]))
+                .map(|c| Incarnation {
+                    pid: word(c, 4),
+                    nonce: word(c, 8),
+                })
                 .collect()
         } else {
             Vec::new()
@@ -112,16 +125,16 @@ impl Change {
             remove_count: raw.remove_count.get(),
             failed_count: raw.failed_count.get(),
             members,
-            pids,
+            incarnations,
         })
     }
 
-    /// Encodes header + body as C's `send_info()` builds them: id_info_size 4, or 8 with
-    /// the process ids when there is one for every member.
+    /// Encodes header + body as C's `send_info()` builds them: id_info_size 4, or 12 with
+    /// the incarnations when there is one for every member.
     pub fn encode(&self, header: &DlmHeader) -> Vec<u8> {
         let count = u32::try_from(self.members.len()).unwrap_or(u32::MAX);
-        let pids = !self.members.is_empty() && self.pids.len() == self.members.len();
-        let size = if pids { ID_INFO_SIZE_PIDS } else { 4 };
+        let ours = !self.members.is_empty() && self.incarnations.len() == self.members.len();
+        let size = if ours { ID_INFO_SIZE_OURS } else { 4 };
         let raw = RawLsInfo {
             ls_info_size: U32::new(32),
             id_info_size: U32::new(size),
@@ -138,8 +151,10 @@ impl Change {
         out.extend_from_slice(raw.as_bytes());
         for (i, m) in self.members.iter().enumerate() {
             out.extend_from_slice(&m.to_le_bytes());
-            if pids {
-                out.extend_from_slice(&self.pids.get(i).copied().unwrap_or(0).to_le_bytes());
+            if ours {
+                let inc = self.incarnations.get(i).copied().unwrap_or_default();
+                out.extend_from_slice(&inc.pid.to_le_bytes());
+                out.extend_from_slice(&inc.nonce.to_le_bytes());
             }
         }
         out

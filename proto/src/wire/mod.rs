@@ -18,7 +18,7 @@ mod plocks_data;
 mod protocol;
 mod run;
 
-pub use change::{Change, ID_INFO_SIZE_PIDS, LS_INFO_SIZE, RawLsInfo};
+pub use change::{Change, ID_INFO_SIZE_OURS, Incarnation, LS_INFO_SIZE, RawLsInfo};
 pub use error::WireError;
 pub use fence::{FENCE_RESULT_SIZE, FenceFlags, FenceResult, RawFenceResult};
 pub use global_id::{crc32, global_id, lockspace_group_name};
