@@ -61,7 +61,9 @@ struct Plan {
 }
 
 fn plan(seed: u64, rng: &mut Rng, w: &mut World) -> Plan {
-    let nodes = 2 + u32::try_from(rng.next(4)).unwrap_or(0);
+    // a joiner of ours meets a claim of another member (seed % 6 == 3): three or more
+    let least = if seed % 6 == 3 { 3 } else { 2 };
+    let nodes = (2 + u32::try_from(rng.next(4)).unwrap_or(0)).max(least);
     w.configured = nodes;
     w.fencing = true;
     if seed % 3 == 0 {
@@ -222,6 +224,27 @@ fn claim(w: &mut World, rng: &mut Rng, not: &[u32], number: u64) -> Option<Step>
     Some(w.ask(n, proc, PlockOp::LOCK, true, false, number, (0, 3)))
 }
 
+/// Another lock of `number` by a free process of node `n`, beside its claim's bytes.
+fn claim_more(w: &mut World, n: u32, number: u64) -> Option<Step> {
+    let p = w.peer(n);
+    p.pid?;
+    let proc = (95..100).find(|&o| p.procs.blocked(u64::from(n) * 10 + o).is_none())?;
+    Some(w.ask(n, proc, PlockOp::LOCK, true, false, number, (5, 6)))
+}
+
+/// A crash of a live member other than `of`, keeping a majority, or none.
+fn fail_beside(w: &World, rng: &mut Rng, plan: &Plan, of: u32) -> Option<Step> {
+    let live = live(w);
+    let others: Vec<u32> = live.iter().copied().filter(|&n| n != of).collect();
+    let up = plan.nodes as usize - w.unfenced.len() - 1;
+    if others.is_empty() || rng.next(4) == 0 || 2 * up <= plan.nodes as usize {
+        return None;
+    }
+    Some(Step::Crash(
+        others[usize::try_from(rng.next(others.len() as u64)).unwrap_or(0)],
+    ))
+}
+
 /// A fault that keeps a majority of the cluster in the lockspace, or none.
 fn fault(w: &mut World, rng: &mut Rng, plan: &Plan) -> Option<Step> {
     let live = live(w);
@@ -303,7 +326,7 @@ fn run(seed: u64) {
                 // now and then, while the table is sent: a member claims a fresh file, and a
                 // fault soon after (an interrupted transfer)
                 if faults > 0 && rng.next(2) == 0 {
-                    fresh = Some(40);
+                    fresh = Some(250);
                 }
             }
         }
@@ -333,6 +356,10 @@ fn run(seed: u64) {
                 if sending {
                     faults -= 1;
                     w.step(&Step::Crash(plan.nodes));
+                    // the claimant's next lock of the file, which it may decide alone
+                    if let Some(s) = claim_more(&mut w, n, number) {
+                        w.step(&s);
+                    }
                 }
             }
         }
@@ -345,10 +372,13 @@ fn run(seed: u64) {
         };
         let steps: Vec<Step> = match pick {
             0..=54 => {
+                // a transfer that a claim is to meet goes slowly until the joiner fails
+                let slow = fresh.is_some() || interrupt.is_some();
                 let e: Vec<Step> = w
                     .enabled(false)
                     .into_iter()
                     .filter(|s| plan.timer || !matches!(s, Step::Sync(_)))
+                    .filter(|s| !slow || !matches!(s, Step::Pump(_)))
                     .collect();
                 if e.is_empty() {
                     Vec::new()
@@ -399,7 +429,11 @@ fn run(seed: u64) {
                 Vec::new()
             }
             _ if faults > 0 && (soon || rng.next(4) == 0) => {
-                let f = fault(&mut w, &mut rng, &plan);
+                // after the pattern behind the pass: mostly another member fails (its purge)
+                let beside = probing.as_ref().filter(|_| soon).map(|p| p.of);
+                let f = beside
+                    .and_then(|of| fail_beside(&w, &mut rng, &plan, of))
+                    .or_else(|| fault(&mut w, &mut rng, &plan));
                 if f.is_some() {
                     faults -= 1;
                     fault_in = None;
