@@ -149,6 +149,26 @@ struct Change {
     combined_seq: u32,
 }
 
+/// The START describes change `cg`: the same counts, members and (where it names them)
+/// incarnations (`match_change`'s last checks).
+fn describes(cg: &Change, body: &StartBody, our: u32, nonce: u32) -> bool {
+    let counts = (
+        body.member_count,
+        body.joined_count,
+        body.remove_count,
+        body.failed_count,
+    );
+    counts == (cg.member_count, cg.joined_count, cg.remove_count, cg.failed_count)
+        && body
+            .members
+            .iter()
+            .all(|&m| u32::try_from(m).is_ok_and(|m| cg.memb(m).is_some()))
+        // a START for a change of the same nodes with another time of one of them in the
+        // lockspace: sent before that node's daemon restarted, or left and joined again
+        // (C, which knows only nodeids, takes it for the new change: a joiner starts early)
+        && same_incarnations(cg, body, our, nonce)
+}
+
 /// The START's incarnations, where it carries them (a daemon of ours), are those of the
 /// change: each member's process id is the one the change names wherever both sides know
 /// it (a START is for one confchg, which names the same processes on every member), and
@@ -698,15 +718,15 @@ impl Membership {
             .map(|c| c.seq)
             .max()
             .unwrap_or(0);
+        if !body
+            .members
+            .iter()
+            .any(|&m| u32::try_from(m).ok() == Some(self.our))
+        {
+            return None; // we are not in its members: a change from before our join
+        }
         for i in 0..self.changes.len() {
             let cg = &self.changes[i];
-            if !body
-                .members
-                .iter()
-                .any(|&m| u32::try_from(m).ok() == Some(self.our))
-            {
-                return None; // we are not in its members: a change from before our join
-            }
             let Some(memb) = cg.memb(from) else { continue };
             if cg.seq < joined_at {
                 continue;
@@ -733,25 +753,7 @@ impl Membership {
             if node.last_match_seq > cg.seq {
                 continue;
             }
-            if body.member_count != cg.member_count
-                || body.joined_count != cg.joined_count
-                || body.remove_count != cg.remove_count
-                || body.failed_count != cg.failed_count
-            {
-                continue;
-            }
-            if !body
-                .members
-                .iter()
-                .all(|&m| u32::try_from(m).is_ok_and(|m| cg.memb(m).is_some()))
-            {
-                continue;
-            }
-            if !same_incarnations(cg, body, self.our, self.nonce) {
-                // a START for a change of the same nodes with another time of one of them
-                // in the lockspace: sent before that node's daemon restarted, or left and
-                // joined again (C, which knows only nodeids, takes it for the new change:
-                // a joiner then starts early)
+            if !describes(cg, body, self.our, self.nonce) {
                 continue;
             }
             if cg.seq == 1 && change_seq == 1 && flags & HeaderFlags::NACK != 0 {

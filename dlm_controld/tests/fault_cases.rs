@@ -137,6 +137,32 @@ fn a_rejoined_node_starts_only_changes_since_its_join() {
     w.check_quiet();
 }
 
+/// Node 2 holds a lock; node 3 joins and node 2's START for that join waits for the bus
+/// while node 1 goes (`out`) and its daemon joins again; node 2's process then waits for
+/// the lock (before node 2 sees node 1's join, so its START for that change goes after),
+/// that old START reaches the bus, then the STARTs of nodes 1 and 3 for node 1's join,
+/// then node 2's request and its START for node 1's join. Every table must agree.
+fn a_late_start_across_a_rejoin(out: impl FnOnce(&mut World)) -> World {
+    let mut w = cluster(2);
+    let held = w.ask(2, 1, PlockOp::LOCK, true, false, 0, (0, 9));
+    w.step(&held);
+    w.settle();
+    w.fencing = true;
+    w.configured = 3;
+    w.step(&Step::Join(3, Kind::Ours));
+    run_but(&mut w, |s| matches!(s, Step::Order(2)));
+    out(&mut w);
+    w.step(&Step::Join(1, Kind::Ours));
+    let lock = w.ask(2, 0, PlockOp::LOCK, true, true, 0, (0, 9));
+    w.step(&lock);
+    w.step(&Step::Order(2));
+    run_but(&mut w, |s| matches!(s, Step::Order(2)));
+    w.settle();
+    assert!(w.quiet(), "{}", w.unquiet());
+    w.check_quiet();
+    w
+}
+
 /// Node 2's START for node 3's join goes out late: after node 1 failed, was fenced, and
 /// its daemon joined again. The new daemon does not take that START, whose member list
 /// has the same nodes and counts as its own change, for a START of its change: it waits
@@ -146,30 +172,12 @@ fn a_rejoined_node_starts_only_changes_since_its_join() {
 /// too.)
 #[test]
 fn a_start_from_before_a_daemon_restarted_is_not_for_its_change() {
-    let mut w = cluster(2);
-    let held = w.ask(2, 1, PlockOp::LOCK, true, false, 0, (0, 9));
-    w.step(&held);
-    w.settle();
-    w.fencing = true;
-    w.configured = 3;
-    w.step(&Step::Join(3, Kind::Ours));
-    run_but(&mut w, |s| matches!(s, Step::Order(2)));
-    w.step(&Step::Crash(1));
-    run_but(&mut w, |s| matches!(s, Step::Order(2)));
-    assert!(w.can_fence());
-    w.step(&Step::Fence(1));
-    w.step(&Step::Join(1, Kind::Ours));
-    // node 2's process waits for another's lock while its START for node 3's join waits
-    // for the bus (before node 2 sees node 1's join: its START for that change goes after)
-    let lock = w.ask(2, 0, PlockOp::LOCK, true, true, 0, (0, 9));
-    w.step(&lock);
-    // that START reaches the bus, then the STARTs of nodes 1 and 3 for node 1's join, then
-    // node 2's lock and its START for node 1's join
-    w.step(&Step::Order(2));
-    run_but(&mut w, |s| matches!(s, Step::Order(2)));
-    w.settle();
-    assert!(w.quiet(), "{}", w.unquiet());
-    w.check_quiet();
+    a_late_start_across_a_rejoin(|w| {
+        w.step(&Step::Crash(1));
+        run_but(w, |s| matches!(s, Step::Order(2)));
+        assert!(w.can_fence());
+        w.step(&Step::Fence(1));
+    });
 }
 
 /// The same with node 1 leaving cleanly and its daemon, the same process, joining again:
@@ -178,22 +186,9 @@ fn a_start_from_before_a_daemon_restarted_is_not_for_its_change() {
 /// (With process ids alone it took that START for its change, as above.)
 #[test]
 fn a_start_from_before_a_daemon_left_and_joined_again_is_not_for_its_change() {
-    let mut w = cluster(2);
-    let held = w.ask(2, 1, PlockOp::LOCK, true, false, 0, (0, 9));
-    w.step(&held);
-    w.settle();
-    w.configured = 3;
-    w.step(&Step::Join(3, Kind::Ours));
-    run_but(&mut w, |s| matches!(s, Step::Order(2)));
-    w.step(&Step::Leave(1));
-    run_but(&mut w, |s| matches!(s, Step::Order(2)));
-    w.step(&Step::Join(1, Kind::Ours));
+    let w = a_late_start_across_a_rejoin(|w| {
+        w.step(&Step::Leave(1));
+        run_but(w, |s| matches!(s, Step::Order(2)));
+    });
     assert_eq!(w.peer(1).pid, Some(w.peer(1).daemon), "the same process");
-    let lock = w.ask(2, 0, PlockOp::LOCK, true, true, 0, (0, 9));
-    w.step(&lock);
-    w.step(&Step::Order(2));
-    run_but(&mut w, |s| matches!(s, Step::Order(2)));
-    w.settle();
-    assert!(w.quiet(), "{}", w.unquiet());
-    w.check_quiet();
 }
